@@ -1,0 +1,139 @@
+package codexrpc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+)
+
+// LocalInstallDir is the project-local, git-ignored folder that
+// scripts/install-codex installs the pinned CLI into.
+const LocalInstallDir = ".codex-cli"
+
+// ResolveBinary finds the codex executable: explicit when given, else the
+// CODEX_BIN environment variable, else the project-local install (searched
+// from the working directory upwards), else "codex" on PATH. When the path is
+// the npm Node shim, the native binary it wraps is returned instead: killing
+// a shim can leave the native process running, and it costs a Node start.
+func ResolveBinary(explicit string) (string, error) {
+	candidate := explicit
+	if candidate == "" {
+		candidate = os.Getenv("CODEX_BIN")
+	}
+	if candidate == "" {
+		candidate = findLocalInstall()
+	}
+	if candidate == "" {
+		p, err := exec.LookPath("codex")
+		if err != nil {
+			return "", errors.New("codex CLI not found: set CODEX_BIN, run scripts/install-codex, or put codex on PATH")
+		}
+		candidate = p
+	}
+	abs, err := filepath.Abs(candidate)
+	if err != nil {
+		return "", fmt.Errorf("resolving codex binary: %w", err)
+	}
+	if isNodeShim(abs) {
+		native, err := nativeFromShim(abs)
+		if err != nil {
+			return "", err
+		}
+		return native, nil
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("codex binary: %w", err)
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("codex binary %s is not an executable file", abs)
+	}
+	return abs, nil
+}
+
+// nativeTriple is the npm vendor folder and platform package for this machine.
+func nativeTriple() (triple, pkg string) {
+	switch runtime.GOOS + "/" + runtime.GOARCH {
+	case "linux/amd64":
+		return "x86_64-unknown-linux-musl", "codex-linux-x64"
+	case "linux/arm64":
+		return "aarch64-unknown-linux-musl", "codex-linux-arm64"
+	case "darwin/amd64":
+		return "x86_64-apple-darwin", "codex-darwin-x64"
+	case "darwin/arm64":
+		return "aarch64-apple-darwin", "codex-darwin-arm64"
+	}
+	return "", ""
+}
+
+// NativeInInstall is where an npm install rooted at dir (the folder holding
+// node_modules) keeps the native binary.
+func NativeInInstall(dir string) string {
+	triple, pkg := nativeTriple()
+	return filepath.Join(dir, "node_modules", "@openai", pkg, "vendor", triple, "bin", "codex")
+}
+
+func findLocalInstall() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		p := NativeInInstall(filepath.Join(dir, LocalInstallDir))
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+func isNodeShim(path string) bool {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return false
+	}
+	if filepath.Ext(real) == ".js" {
+		return true
+	}
+	f, err := os.Open(real)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 64)
+	n, _ := f.Read(head)
+	return bytes.HasPrefix(head[:n], []byte("#!")) && bytes.Contains(head[:n], []byte("node"))
+}
+
+// nativeFromShim maps the npm shim (…/@openai/codex/bin/codex.js, perhaps
+// through a node_modules/.bin symlink) to the platform binary beside it.
+func nativeFromShim(shim string) (string, error) {
+	real, err := filepath.EvalSymlinks(shim)
+	if err != nil {
+		return "", fmt.Errorf("resolving codex shim: %w", err)
+	}
+	triple, pkg := nativeTriple()
+	if triple == "" {
+		return "", fmt.Errorf("codex shim %s: no native binary known for %s/%s", shim, runtime.GOOS, runtime.GOARCH)
+	}
+	pkgRoot := filepath.Dir(filepath.Dir(real)) // …/@openai/codex
+	candidates := []string{
+		filepath.Join(pkgRoot, "node_modules", "@openai", pkg, "vendor", triple, "bin", "codex"),
+		filepath.Join(filepath.Dir(pkgRoot), pkg, "vendor", triple, "bin", "codex"), // hoisted
+		filepath.Join(pkgRoot, "vendor", triple, "bin", "codex"),
+	}
+	for _, c := range candidates {
+		if fi, err := os.Stat(c); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("codex shim %s: native binary for %s not found beside it", shim, triple)
+}

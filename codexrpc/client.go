@@ -1,0 +1,115 @@
+package codexrpc
+
+import (
+	"context"
+	"fmt"
+)
+
+// Client is the typed face of a Conn: one method per call the daemon makes.
+type Client struct {
+	Conn    *Conn
+	Version Version // set by Initialize
+}
+
+// NewClient wraps a connection.
+func NewClient(c *Conn) *Client { return &Client{Conn: c} }
+
+// Initialize performs the handshake (initialize, then the initialized
+// notification) and records the CLI version from the userAgent.
+func (c *Client) Initialize(ctx context.Context, info ClientInfo) (InitializeResult, error) {
+	var res InitializeResult
+	err := c.Conn.Call(ctx, MethodInitialize, InitializeParams{
+		ClientInfo:   info,
+		Capabilities: Capabilities{ExperimentalAPI: true},
+	}, &res)
+	if err != nil {
+		return res, err
+	}
+	v, err := ParseUserAgent(res.UserAgent)
+	if err != nil {
+		return res, fmt.Errorf("initialize: %w", err)
+	}
+	c.Version = v
+	if err := c.Conn.Notify(MethodInitialized, nil); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// ThreadStart starts a thread.
+func (c *Client) ThreadStart(ctx context.Context, p ThreadStartParams) (ThreadResult, error) {
+	var res ThreadResult
+	err := c.Conn.Call(ctx, MethodThreadStart, p, &res)
+	return res, err
+}
+
+// ThreadResume resumes a thread; a gone rollout classifies as ClassNoRollout.
+func (c *Client) ThreadResume(ctx context.Context, p ThreadResumeParams) (ThreadResult, error) {
+	var res ThreadResult
+	err := c.Conn.Call(ctx, MethodThreadResume, p, &res)
+	return res, err
+}
+
+// ThreadNameSet names a thread.
+func (c *Client) ThreadNameSet(ctx context.Context, threadID, name string) error {
+	return c.Conn.Call(ctx, MethodThreadNameSet, ThreadNameSetParams{ThreadID: threadID, Name: name}, nil)
+}
+
+// ThreadRead reads a thread without resuming it.
+func (c *Client) ThreadRead(ctx context.Context, p ThreadReadParams) (ThreadResult, error) {
+	var res ThreadResult
+	err := c.Conn.Call(ctx, MethodThreadRead, p, &res)
+	return res, err
+}
+
+// TurnStart starts a turn; its events arrive as notifications.
+func (c *Client) TurnStart(ctx context.Context, p TurnStartParams) (Turn, error) {
+	var res TurnResult
+	err := c.Conn.Call(ctx, MethodTurnStart, p, &res)
+	return res.Turn, err
+}
+
+// TurnInterrupt interrupts a running turn.
+func (c *Client) TurnInterrupt(ctx context.Context, threadID, turnID string) error {
+	return c.Conn.Call(ctx, MethodTurnInterrupt, TurnInterruptParams{ThreadID: threadID, TurnID: turnID}, nil)
+}
+
+// TurnSteer appends input to the running turn.
+func (c *Client) TurnSteer(ctx context.Context, p TurnSteerParams) (string, error) {
+	var res TurnSteerResult
+	err := c.Conn.Call(ctx, MethodTurnSteer, p, &res)
+	return res.TurnID, err
+}
+
+// ModelList lists the models the CLI offers.
+func (c *Client) ModelList(ctx context.Context) (ModelListResult, error) {
+	var res ModelListResult
+	err := c.Conn.Call(ctx, MethodModelList, struct{}{}, &res)
+	return res, err
+}
+
+// AccountRead reports the login state.
+func (c *Client) AccountRead(ctx context.Context) (AccountReadResult, error) {
+	var res AccountReadResult
+	err := c.Conn.Call(ctx, MethodAccountRead, struct{}{}, &res)
+	return res, err
+}
+
+// LoginStart starts a login (API key or device code).
+func (c *Client) LoginStart(ctx context.Context, p LoginStartParams) (LoginStartResult, error) {
+	var res LoginStartResult
+	err := c.Conn.Call(ctx, MethodLoginStart, p, &res)
+	return res, err
+}
+
+// LoginCancel cancels a pending login.
+func (c *Client) LoginCancel(ctx context.Context, loginID string) (string, error) {
+	var res LoginCancelResult
+	err := c.Conn.Call(ctx, MethodLoginCancel, LoginCancelParams{LoginID: loginID}, &res)
+	return res.Status, err
+}
+
+// Logout removes the home's login.
+func (c *Client) Logout(ctx context.Context) error {
+	return c.Conn.Call(ctx, MethodLogout, struct{}{}, nil)
+}

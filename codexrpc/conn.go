@@ -1,0 +1,447 @@
+package codexrpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// RequestHandler answers a request the server sent. It runs on its own
+// goroutine, which the Conn waits for on Close; ctx ends when the connection
+// does. The result is written back as the answer; an error is written back as
+// a JSON-RPC error (a *WireError as it is, anything else as -32603).
+type RequestHandler func(ctx context.Context, req *Request) (result any, err error)
+
+// RetryPolicy bounds the retries of a call the server refuses as overloaded
+// (-32001): up to Attempts tries in all, with full-jitter exponential backoff
+// starting at Base and capped at Max.
+type RetryPolicy struct {
+	Attempts int
+	Base     time.Duration
+	Max      time.Duration
+}
+
+// DefaultRetry is the policy used when Options.Retry is zero.
+var DefaultRetry = RetryPolicy{Attempts: 5, Base: 50 * time.Millisecond, Max: 2 * time.Second}
+
+// Options configures a Conn. The zero value is usable.
+type Options struct {
+	// OnNotification receives every notification in arrival order, on the
+	// read goroutine. It must not block; unknown methods are the handler's to
+	// ignore.
+	OnNotification func(*Notification)
+	// OnRequest answers server-initiated requests; nil answers every one with
+	// -32601 (method not found).
+	OnRequest RequestHandler
+	// OnEOF is called on the read goroutine when the server's output ends
+	// and the Conn was not closed on purpose. Its error becomes the cause of
+	// every pending and later call; an *ExitError is copied per call with
+	// the call's method. It must return in bounded time.
+	OnEOF func() error
+	// MaxLineBytes caps one incoming line (DefaultMaxLineBytes when zero).
+	MaxLineBytes int
+	// Retry bounds retries of overloaded calls (DefaultRetry when zero).
+	Retry RetryPolicy
+	// Trace, when set, sees every line written (out=true) and read.
+	Trace func(out bool, line []byte)
+	// Logger receives skipped lines and handler failures (slog.Default when nil).
+	Logger *slog.Logger
+}
+
+// Conn is one JSON-RPC connection to an app-server. It owns exactly one read
+// goroutine, started by NewConn and ended by the end of the input stream.
+type Conn struct {
+	r    io.Reader
+	w    io.WriteCloser
+	opts Options
+	log  *slog.Logger
+
+	wmu sync.Mutex // serializes writes of whole lines
+
+	mu      sync.Mutex
+	nextID  int64
+	pending map[int64]*pendingCall
+	closed  bool  // Close was called: calls end with ErrClosed
+	dead    error // the read loop ended: why
+
+	handlerCtx    context.Context
+	cancelHandler context.CancelFunc
+	handlers      sync.WaitGroup
+	done          chan struct{} // closed when the read goroutine returns
+}
+
+type pendingCall struct {
+	method string
+	ch     chan callResult // buffered 1; written once
+}
+
+type callResult struct {
+	resp *Response
+	err  error
+}
+
+// NewConn starts a connection reading r and writing w. Close closes w; the
+// read goroutine ends when r reaches its end, so the owner of r must make
+// sure it does (a Process closes it once the process is gone).
+func NewConn(r io.Reader, w io.WriteCloser, opts Options) *Conn {
+	if opts.Retry.Attempts <= 0 {
+		opts.Retry = DefaultRetry
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Conn{
+		r: r, w: w, opts: opts, log: opts.Logger,
+		pending:       make(map[int64]*pendingCall),
+		handlerCtx:    ctx,
+		cancelHandler: cancel,
+		done:          make(chan struct{}),
+	}
+	go c.readLoop()
+	return c
+}
+
+// Call sends a request and waits for its answer, decoding the result into
+// result when it is not nil. It returns ctx's error when ctx ends first,
+// leaving no pending entry behind; a *WireError when the server refused; an
+// *ExitError when the process died; ErrClosed after Close. Overloaded
+// refusals are retried under the Conn's RetryPolicy.
+func (c *Conn) Call(ctx context.Context, method string, params, result any) error {
+	if params == nil {
+		params = struct{}{}
+	}
+	body, err := json.Marshal(params)
+	if err != nil {
+		return fmt.Errorf("encoding %s params: %w", method, err)
+	}
+	backoff := c.opts.Retry.Base
+	for attempt := 1; ; attempt++ {
+		resp, err := c.callOnce(ctx, method, body)
+		if err != nil {
+			return err
+		}
+		if resp.Error != nil {
+			if resp.Error.Code == CodeOverloaded && attempt < c.opts.Retry.Attempts {
+				d := backoff/2 + rand.N(backoff/2+1)
+				backoff = min(backoff*2, c.opts.Retry.Max)
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+					continue
+				case <-ctx.Done():
+					t.Stop()
+					return fmt.Errorf("%s: %w (after overloaded answers)", method, ctx.Err())
+				}
+			}
+			return fmt.Errorf("%s: %w", method, resp.Error)
+		}
+		if result == nil {
+			return nil
+		}
+		if err := json.Unmarshal(resp.Result, result); err != nil {
+			return fmt.Errorf("decoding %s result: %w", method, err)
+		}
+		return nil
+	}
+}
+
+func (c *Conn) callOnce(ctx context.Context, method string, params json.RawMessage) (*Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", method, err)
+	}
+	c.mu.Lock()
+	if err := c.unusableLocked(method); err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.nextID++
+	id := c.nextID
+	p := &pendingCall{method: method, ch: make(chan callResult, 1)}
+	c.pending[id] = p
+	c.mu.Unlock()
+
+	if err := c.write(outRequest{ID: id, Method: method, Params: params}); err != nil {
+		c.forget(id)
+		c.mu.Lock()
+		uerr := c.unusableLocked(method)
+		c.mu.Unlock()
+		if uerr != nil {
+			return nil, uerr
+		}
+		return nil, fmt.Errorf("sending %s: %w", method, err)
+	}
+	select {
+	case r := <-p.ch:
+		return r.resp, r.err
+	case <-ctx.Done():
+		c.forget(id)
+		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
+	}
+}
+
+// unusableLocked reports why no new call can be made, or nil.
+func (c *Conn) unusableLocked(method string) error {
+	switch {
+	case c.closed:
+		return ErrClosed
+	case c.dead != nil:
+		return causeFor(method, c.dead)
+	}
+	return nil
+}
+
+func (c *Conn) forget(id int64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// Pending reports how many calls await an answer.
+func (c *Conn) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
+// Notify sends a notification.
+func (c *Conn) Notify(method string, params any) error {
+	c.mu.Lock()
+	err := c.unusableLocked(method)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := c.write(outNotification{Method: method, Params: params}); err != nil {
+		return fmt.Errorf("sending %s: %w", method, err)
+	}
+	return nil
+}
+
+func (c *Conn) write(v any) error {
+	line, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	line = append(line, '\n')
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.opts.Trace != nil {
+		c.opts.Trace(true, line[:len(line)-1])
+	}
+	_, err = c.w.Write(line)
+	return err
+}
+
+// Close ends the connection on purpose: pending and later calls fail with
+// ErrClosed, the writer is closed (for a process, its stdin: the polite way
+// to ask it to exit), and server-request handlers are cancelled. It does not
+// wait; Wait does.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	pending := c.pending
+	c.pending = make(map[int64]*pendingCall)
+	c.mu.Unlock()
+	for _, p := range pending {
+		p.ch <- callResult{err: ErrClosed}
+	}
+	c.cancelHandler()
+	c.wmu.Lock()
+	err := c.w.Close()
+	c.wmu.Unlock()
+	return err
+}
+
+// Done is closed when the read goroutine has returned.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err reports why reading ended: nil while it goes on, ErrClosed after Close,
+// else the cause (for a process, an *ExitError).
+func (c *Conn) Err() error {
+	select {
+	case <-c.done:
+	default:
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return c.dead
+}
+
+// Wait blocks until the read goroutine and every server-request handler have
+// returned, or ctx ends.
+func (c *Conn) Wait(ctx context.Context) error {
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	ch := make(chan struct{})
+	go func() { c.handlers.Wait(); close(ch) }()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Conn) readLoop() {
+	defer close(c.done)
+	lr := NewLineReader(c.r, c.opts.MaxLineBytes)
+	var readErr error
+	for {
+		line, err := lr.ReadLine()
+		if err != nil {
+			if errors.Is(err, ErrLineTooLong) {
+				c.log.Warn("codex: skipping an over-long line", "err", err)
+				lr.shrink()
+				continue
+			}
+			readErr = err
+			break
+		}
+		if c.opts.Trace != nil {
+			c.opts.Trace(false, line)
+		}
+		msg, err := DecodeMessage(line)
+		if err != nil {
+			c.log.Warn("codex: skipping a line that is not JSON-RPC", "err", err, "bytes", len(line), "head", logHead(line))
+			lr.shrink()
+			continue
+		}
+		c.dispatch(msg)
+		lr.shrink()
+	}
+	c.finish(readErr)
+}
+
+func (c *Conn) dispatch(msg Message) {
+	switch m := msg.(type) {
+	case *Response:
+		id, err := strconv.ParseInt(string(m.ID), 10, 64)
+		c.mu.Lock()
+		p, ok := c.pending[id]
+		if ok {
+			delete(c.pending, id)
+		}
+		c.mu.Unlock()
+		if err != nil || !ok {
+			c.log.Debug("codex: answer to no pending call", "id", head(m.ID, 40))
+			return
+		}
+		p.ch <- callResult{resp: m}
+	case *Notification:
+		if c.opts.OnNotification != nil {
+			c.opts.OnNotification(m)
+		}
+	case *Request:
+		if c.opts.OnRequest == nil {
+			c.answerError(m, &WireError{Code: CodeMethodNotFound, Message: "method not found: " + m.Method})
+			return
+		}
+		c.handlers.Add(1)
+		go func() {
+			defer c.handlers.Done()
+			res, err := c.opts.OnRequest(c.handlerCtx, m)
+			if err != nil {
+				var we *WireError
+				if !errors.As(err, &we) {
+					we = &WireError{Code: CodeInternalError, Message: err.Error()}
+				}
+				c.answerError(m, we)
+				return
+			}
+			if werr := c.write(outResult{ID: m.ID, Result: res}); werr != nil {
+				c.log.Debug("codex: could not answer a server request", "method", m.Method, "err", werr)
+			}
+		}()
+	}
+}
+
+func (c *Conn) answerError(m *Request, we *WireError) {
+	if err := c.write(outError{ID: m.ID, Error: we}); err != nil {
+		c.log.Debug("codex: could not answer a server request", "method", m.Method, "err", err)
+	}
+}
+
+// finish runs once reading has ended: it settles why, and fails every call
+// still waiting with that cause.
+func (c *Conn) finish(readErr error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	var cause error
+	switch {
+	case closed:
+		cause = ErrClosed
+	case c.opts.OnEOF != nil:
+		// Bounded by the OnEOF contract; it may wait for the process exit and
+		// its stderr, so it runs before pending calls are failed.
+		cause = c.opts.OnEOF()
+	case readErr == io.EOF:
+		cause = io.ErrUnexpectedEOF
+	default:
+		cause = readErr
+	}
+	if cause == nil {
+		cause = io.ErrUnexpectedEOF
+	}
+	c.mu.Lock()
+	if c.closed {
+		cause = ErrClosed
+	}
+	c.dead = cause
+	pending := c.pending
+	c.pending = make(map[int64]*pendingCall)
+	c.mu.Unlock()
+	c.cancelHandler()
+	for _, p := range pending {
+		p.ch <- callResult{err: causeFor(p.method, cause)}
+	}
+}
+
+// causeFor makes the error a call to method sees when the connection died.
+func causeFor(method string, cause error) error {
+	if errors.Is(cause, ErrClosed) {
+		return ErrClosed
+	}
+	var ee *ExitError
+	if errors.As(cause, &ee) {
+		cp := *ee
+		cp.Method = method
+		return &cp
+	}
+	return fmt.Errorf("%s: connection lost: %w", method, cause)
+}
+
+func head(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+// logHead is a redacted, short prefix of a line for logs: redaction runs
+// before truncation so no secret is cut into a shape it no longer matches.
+func logHead(line []byte) string {
+	if len(line) > 4096 {
+		line = line[:4096]
+	}
+	return head([]byte(RedactCommon(string(line))), 120)
+}

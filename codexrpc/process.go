@@ -1,0 +1,445 @@
+package codexrpc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config describes one app-server process.
+type Config struct {
+	// Binary is the codex executable; empty resolves it with ResolveBinary.
+	Binary string
+	// Args replaces the default arguments ("app-server"); for fakes.
+	Args []string
+	// Home is the CODEX_HOME, made absolute and created (0700) before the
+	// start: the CLI exits at once when it is missing.
+	Home string
+	// Dir is the process's working directory (default: Home).
+	Dir string
+	// Overrides are passed as "-c key=value", in order.
+	Overrides []string
+	// Env is the whole environment of the child, CODEX_HOME excepted (which
+	// is always set from Home). Nil means AllowedEnv(os.Environ()).
+	Env []string
+	// Redactor cleans the stderr tail and relayed stderr lines.
+	Redactor *Redactor
+	// Logger receives the relayed stderr (debug; ERROR lines at warn).
+	Logger *slog.Logger
+	// StopGrace is how long each polite step of Stop waits (default 2s).
+	StopGrace time.Duration
+	// ExitDrain bounds the wait, after the output closes unexpectedly, for
+	// the exit status and the rest of stderr (default 1s).
+	ExitDrain time.Duration
+	// StderrTailLines and StderrTailBytes bound the stderr tail kept for
+	// error reports (defaults 20 lines, 4 KiB).
+	StderrTailLines int
+	StderrTailBytes int
+	// Conn configures the connection; its OnEOF is set by the Process.
+	Conn Options
+}
+
+// Process is a running app-server and its connection.
+type Process struct {
+	cfg  Config
+	cmd  *exec.Cmd
+	conn *Conn
+	pid  int
+	log  *slog.Logger
+
+	stdoutR *os.File
+	stderrR *os.File
+
+	exited     chan struct{} // closed once the exit is observed
+	exit       ExitStatus
+	stderrDone chan struct{}
+
+	tailMu sync.Mutex
+	tail   []string
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start creates the home and starts `codex app-server` in its own process
+// group. The returned Process owns three goroutines (the connection's reader,
+// the stderr reader and the exit waiter); Stop ends and waits for them.
+func Start(cfg Config) (*Process, error) {
+	if cfg.Binary == "" {
+		bin, err := ResolveBinary("")
+		if err != nil {
+			return nil, err
+		}
+		cfg.Binary = bin
+	}
+	if cfg.Home == "" {
+		return nil, errors.New("starting codex: no CODEX_HOME given")
+	}
+	home, err := filepath.Abs(cfg.Home)
+	if err != nil {
+		return nil, fmt.Errorf("starting codex: %w", err)
+	}
+	cfg.Home = home
+	if err := EnsureHome(home); err != nil {
+		return nil, fmt.Errorf("starting codex: %w", err)
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = home
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 2 * time.Second
+	}
+	if cfg.ExitDrain <= 0 {
+		cfg.ExitDrain = time.Second
+	}
+	if cfg.StderrTailLines <= 0 {
+		cfg.StderrTailLines = 20
+	}
+	if cfg.StderrTailBytes <= 0 {
+		cfg.StderrTailBytes = 4 << 10
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Redactor == nil {
+		cfg.Redactor = &Redactor{}
+	}
+	env := cfg.Env
+	if env == nil {
+		env = AllowedEnv(os.Environ(), nil)
+	}
+	env = append(withoutKey(env, "CODEX_HOME"), "CODEX_HOME="+home)
+
+	args := cfg.Args
+	if args == nil {
+		args = []string{"app-server"}
+	}
+	for _, o := range cfg.Overrides {
+		args = append(args, "-c", o)
+	}
+
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("starting codex: %w", err)
+	}
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		closeAll(stdinR, stdinW)
+		return nil, fmt.Errorf("starting codex: %w", err)
+	}
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		closeAll(stdinR, stdinW, stdoutR, stdoutW)
+		return nil, fmt.Errorf("starting codex: %w", err)
+	}
+	cmd := exec.Command(cfg.Binary, args...)
+	cmd.Dir = cfg.Dir
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
+	// Its own group, so a stop reaches every process it started; Pdeathsig
+	// is a best effort for a daemon killed outright (it follows the thread).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		closeAll(stdinR, stdinW, stdoutR, stdoutW, stderrR, stderrW)
+		return nil, fmt.Errorf("starting codex %s: %w", cfg.Binary, err)
+	}
+	// The child holds its own copies now.
+	closeAll(stdinR, stdoutW, stderrW)
+
+	p := &Process{
+		cfg: cfg, cmd: cmd, pid: cmd.Process.Pid,
+		log:        cfg.Logger.With("pid", cmd.Process.Pid),
+		stdoutR:    stdoutR,
+		stderrR:    stderrR,
+		exited:     make(chan struct{}),
+		stderrDone: make(chan struct{}),
+	}
+	go p.wait()
+	go p.readStderr()
+	opts := cfg.Conn
+	opts.OnEOF = p.exitCause
+	if opts.Logger == nil {
+		opts.Logger = p.log
+	}
+	p.conn = NewConn(stdoutR, stdinW, opts)
+	return p, nil
+}
+
+// Conn is the process's connection.
+func (p *Process) Conn() *Conn { return p.conn }
+
+// PID is the process id, which is also its process group id.
+func (p *Process) PID() int { return p.pid }
+
+// Exited is closed as soon as the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// ExitStatus is how the process ended; valid once Exited is closed.
+func (p *Process) ExitStatus() ExitStatus {
+	select {
+	case <-p.exited:
+		return p.exit
+	default:
+		return ExitStatus{}
+	}
+}
+
+// StderrTail is the redacted tail of stderr so far.
+func (p *Process) StderrTail() string {
+	p.tailMu.Lock()
+	defer p.tailMu.Unlock()
+	return strings.Join(p.tail, "\n")
+}
+
+// wait observes the exit at once (cmd.Wait, no polling), then removes what
+// is left of the process group.
+func (p *Process) wait() {
+	err := p.cmd.Wait()
+	st := ExitStatus{Code: -1, Known: true}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		st.Code = 0
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			st.Signal = signalName(ws.Signal())
+		} else {
+			st.Code = ee.ExitCode()
+		}
+	}
+	p.exit = st
+	// Helpers the CLI started live in its group; they must not outlive it.
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	close(p.exited)
+}
+
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGSEGV:
+		return "SIGSEGV"
+	case syscall.SIGABRT:
+		return "SIGABRT"
+	}
+	return s.String()
+}
+
+// readStderr relays stderr to the log and keeps a bounded, redacted tail.
+func (p *Process) readStderr() {
+	defer close(p.stderrDone)
+	lr := NewLineReader(p.stderrR, 64<<10)
+	for {
+		line, err := lr.ReadLine()
+		if errors.Is(err, ErrLineTooLong) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		text := p.cfg.Redactor.Redact(string(bytes.TrimSpace(line)))
+		if text == "" {
+			continue
+		}
+		if len(text) > 512 {
+			text = text[:512] + "…"
+		}
+		if strings.Contains(text, " ERROR ") || strings.HasPrefix(text, "Error:") {
+			p.log.Warn("codex stderr", "line", text)
+		} else {
+			p.log.Debug("codex stderr", "line", text)
+		}
+		p.tailMu.Lock()
+		p.tail = append(p.tail, text)
+		for len(p.tail) > p.cfg.StderrTailLines || (len(p.tail) > 1 && tailBytes(p.tail) > p.cfg.StderrTailBytes) {
+			p.tail = p.tail[1:]
+		}
+		p.tailMu.Unlock()
+	}
+}
+
+func tailBytes(lines []string) int {
+	n := 0
+	for _, l := range lines {
+		n += len(l) + 1
+	}
+	return n
+}
+
+// exitCause runs on the connection's reader when stdout ends unexpectedly.
+// It waits, bounded by ExitDrain, for the exit status and for stderr to
+// drain, so that the error pending calls get says what happened.
+func (p *Process) exitCause() error {
+	t := time.NewTimer(p.cfg.ExitDrain)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+	}
+	select {
+	case <-p.stderrDone:
+	case <-t.C:
+	}
+	return &ExitError{Exit: p.ExitStatus(), Stderr: p.StderrTail()}
+}
+
+// Stop ends the process politely, then firmly: it closes stdin and waits
+// StopGrace, then SIGTERMs the process group and waits StopGrace again, then
+// SIGKILLs the group. It returns once the process has exited and every
+// goroutine of the Process has returned, or when ctx ends. Pending calls end
+// with ErrClosed. Stop is idempotent.
+func (p *Process) Stop(ctx context.Context) error {
+	p.stopOnce.Do(func() { p.stopErr = p.stop(ctx) })
+	return p.stopErr
+}
+
+func (p *Process) stop(ctx context.Context) error {
+	_ = p.conn.Close() // closes stdin: the polite request
+	steps := []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}
+	for i := 0; ; i++ {
+		t := time.NewTimer(p.cfg.StopGrace)
+		select {
+		case <-p.exited:
+			t.Stop()
+		case <-t.C:
+			if i < len(steps) {
+				_ = syscall.Kill(-p.pid, steps[i])
+				continue
+			}
+		case <-ctx.Done():
+			t.Stop()
+			// Do not leave it running: kill the group and still reap.
+			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+			<-p.exited
+		}
+		break
+	}
+	return p.release(ctx)
+}
+
+// Kill SIGKILLs the process group and waits like Stop. Calls still pending
+// end with an *ExitError, as for any unexpected death.
+func (p *Process) Kill(ctx context.Context) error {
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	select {
+	case <-p.exited:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	var err error
+	p.stopOnce.Do(func() {
+		// Let the reader see EOF and report the death before closing.
+		select {
+		case <-p.conn.Done():
+		case <-ctx.Done():
+		}
+		_ = p.conn.Close()
+		p.stopErr = p.release(ctx)
+	})
+	if err == nil {
+		err = p.stopErr
+	}
+	return err
+}
+
+// release waits for the reader goroutines once the process is gone. Closing
+// our ends forces them out even when a stray descendant still holds the pipes.
+func (p *Process) release(ctx context.Context) error {
+	drain := time.NewTimer(p.cfg.ExitDrain)
+	defer drain.Stop()
+	select {
+	case <-p.conn.Done():
+	case <-drain.C:
+	case <-ctx.Done():
+	}
+	closeAll(p.stdoutR)
+	select {
+	case <-p.stderrDone:
+	case <-drain.C:
+	case <-ctx.Done():
+	}
+	closeAll(p.stderrR)
+	<-p.stderrDone
+	return p.conn.Wait(ctx)
+}
+
+func closeAll(fs ...io.Closer) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
+}
+
+// EnsureHome creates a CODEX_HOME (0700) unless it exists, keeping whatever
+// it holds, and refuses a path that is not a directory.
+func EnsureHome(home string) error {
+	fi, err := os.Stat(home)
+	switch {
+	case err == nil && !fi.IsDir():
+		return fmt.Errorf("codex home %s is not a directory", home)
+	case err == nil:
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("codex home: %w", err)
+	}
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return fmt.Errorf("creating codex home: %w", err)
+	}
+	return nil
+}
+
+// allowedEnv names the variables of the daemon's own environment a codex
+// child may see; everything else (the daemon's secrets among it) stays out.
+var allowedEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "TZ", "LANG", "LANGUAGE", "TERM"}
+
+// AllowedEnv filters environ down to what a codex child needs (PATH, HOME,
+// locale and a few more) and appends extra ("KEY=VALUE") after it.
+func AllowedEnv(environ, extra []string) []string {
+	var out []string
+	for _, kv := range environ {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		if strings.HasPrefix(k, "LC_") || contains(allowedEnv, k) {
+			out = append(out, kv)
+		}
+	}
+	for _, kv := range extra {
+		k, _, _ := strings.Cut(kv, "=")
+		out = append(withoutKey(out, k), kv)
+	}
+	return out
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+func withoutKey(env []string, key string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != key {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
