@@ -97,7 +97,7 @@ func validID(id json.RawMessage) bool {
 // sends nor needs it.
 
 type outRequest struct {
-	ID     int64 `json:"id"`
+	ID     int64  `json:"id"`
 	Method string `json:"method"`
 	Params any    `json:"params"`
 }
