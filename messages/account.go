@@ -1,0 +1,135 @@
+package messages
+
+import "time"
+
+// StartLogin asks the daemon to start a ChatGPT device-code login for
+// User's codex. The daemon replies with a [LoginChallenge], then with a
+// [LoginFinished] when the login completes, fails, expires or is canceled.
+// If the login cannot even start, the [LoginFinished] (Success false) comes
+// without a [LoginChallenge]. Because it gets two replies, send it from an actor; do not use it with
+// Engine.Request.
+type StartLogin struct {
+	User string `msgpack:"user,omitempty"`
+}
+
+// LoginChallenge tells the user where to complete a login started by
+// [StartLogin]: open VerificationURL and enter UserCode before the deadline.
+type LoginChallenge struct {
+	User            string `msgpack:"user,omitempty"`
+	LoginID         string `msgpack:"login_id,omitempty"`
+	VerificationURL string `msgpack:"verification_url,omitempty"`
+	UserCode        string `msgpack:"user_code,omitempty"`
+	// ExpiresAtUnixMilli is the deadline in Unix milliseconds; 0 if codex
+	// did not say.
+	ExpiresAtUnixMilli int64 `msgpack:"expires_at_unix_milli,omitempty"`
+}
+
+// ExpiresAt returns the deadline as a time, or the zero time if it is
+// unknown.
+func (c LoginChallenge) ExpiresAt() time.Time {
+	if c.ExpiresAtUnixMilli == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(c.ExpiresAtUnixMilli)
+}
+
+// LoginFinished ends a login started by [StartLogin]: Success, or Error says
+// why not.
+type LoginFinished struct {
+	User    string `msgpack:"user,omitempty"`
+	LoginID string `msgpack:"login_id,omitempty"`
+	Success bool   `msgpack:"success,omitempty"`
+	Error   string `msgpack:"error,omitempty"`
+}
+
+// CancelLogin cancels User's pending login. It has no reply of its own: the
+// pending login ends with a [LoginFinished] whose Success is false; without
+// a pending login it does nothing.
+type CancelLogin struct {
+	User string `msgpack:"user,omitempty"`
+}
+
+// SetAPIKey logs User's codex in with an OpenAI API key. The reply is an
+// [APIKeyStored], or a [Rejected] if the key was refused.
+//
+// APIKey is secret; String, GoString and LogValue redact it.
+type SetAPIKey struct {
+	User   string `msgpack:"user,omitempty"`
+	APIKey string `msgpack:"api_key,omitempty"`
+}
+
+// APIKeyStored answers a [SetAPIKey] that succeeded.
+type APIKeyStored struct {
+	User string `msgpack:"user,omitempty"`
+}
+
+// Logout removes User's codex credentials. The reply is a [LoggedOut], or
+// a [Rejected] if logging out failed.
+type Logout struct {
+	User string `msgpack:"user,omitempty"`
+}
+
+// LoggedOut answers a [Logout] that succeeded.
+type LoggedOut struct {
+	User string `msgpack:"user,omitempty"`
+}
+
+// AccountRequest asks for the account User's codex is logged in with. The
+// reply is one [AccountResponse], so it may be used with Engine.Request.
+type AccountRequest struct {
+	User string `msgpack:"user,omitempty"`
+}
+
+// AccountResponse answers an [AccountRequest]. Type is codex's account type
+// ("apiKey" or "chatgpt"), empty if not logged in; Email and PlanType are
+// set for ChatGPT accounts. RequiresOpenAIAuth reports that codex needs an
+// OpenAI login before it can run rounds. Error says why the account could
+// not be read; the other fields are then empty.
+type AccountResponse struct {
+	User               string `msgpack:"user,omitempty"`
+	Type               string `msgpack:"type,omitempty"`
+	Email              string `msgpack:"email,omitempty"`
+	PlanType           string `msgpack:"plan_type,omitempty"`
+	RequiresOpenAIAuth bool   `msgpack:"requires_openai_auth,omitempty"`
+	Error              string `msgpack:"error,omitempty"`
+}
+
+// ModelsRequest asks for the models User's codex offers. The reply is one
+// [ModelsResponse], so it may be used with Engine.Request.
+type ModelsRequest struct {
+	User string `msgpack:"user,omitempty"`
+}
+
+// ModelsResponse answers a [ModelsRequest]. Error says why the models could
+// not be listed; Models is then empty.
+type ModelsResponse struct {
+	User   string  `msgpack:"user,omitempty"`
+	Models []Model `msgpack:"models,omitempty"`
+	Error  string  `msgpack:"error,omitempty"`
+}
+
+// Model is one model of a [ModelsResponse].
+type Model struct {
+	ID          string `msgpack:"id,omitempty"`
+	DisplayName string `msgpack:"display_name,omitempty"`
+	Description string `msgpack:"description,omitempty"`
+	// Efforts lists the reasoning efforts the model supports.
+	Efforts       []string `msgpack:"efforts,omitempty"`
+	DefaultEffort string   `msgpack:"default_effort,omitempty"`
+	// IsDefault marks codex's default model.
+	IsDefault bool `msgpack:"is_default,omitempty"`
+}
+
+// Rejected is the error reply, sent to the sender, to a message that could
+// not be decoded (unknown type, malformed body), failed validation, or,
+// for the commands whose replies have no error field ([SetAPIKey],
+// [Logout]), could not be carried out. A
+// [StartRound] that fails validation is answered with a [RoundFinished]
+// with StatusRejected instead. Build it with [NewRejected].
+type Rejected struct {
+	// Type is the wire name of the rejected message, such as
+	// "start_login.v1", if known.
+	Type string `msgpack:"type,omitempty"`
+	// Reason says why, for a human.
+	Reason string `msgpack:"reason,omitempty"`
+}

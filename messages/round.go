@@ -1,0 +1,203 @@
+package messages
+
+// PID addresses an actor: the fields of a hollywood *actor.PID. It is its
+// own type so that this package stays a leaf and msgpack-friendly; the
+// actors package converts.
+type PID struct {
+	Address string `msgpack:"address,omitempty"`
+	ID      string `msgpack:"id,omitempty"`
+}
+
+// String returns the PID as hollywood prints it, "address/id".
+func (p PID) String() string { return p.Address + "/" + p.ID }
+
+// StartRound asks the daemon to run one chat round for User on the mesh
+// thread Thread: Text goes to the user's codex app-server and the answer
+// streams back as [RoundEvent]s followed by exactly one [RoundFinished].
+// Replies go to ReplyTo, or to the sender if ReplyTo is nil.
+//
+// MCPToken is a bearer token; String, GoString and LogValue redact it and
+// report the sizes of Text, DeveloperInstructions and History only.
+type StartRound struct {
+	// RoundID names the round in every reply. Optional: the daemon mints
+	// one if it is empty.
+	RoundID string `msgpack:"round_id,omitempty"`
+	// User is the mesh user whose codex runs the round. Required.
+	User string `msgpack:"user,omitempty"`
+	// Thread is the mesh thread key, mapped by the daemon to a codex
+	// thread. Required.
+	Thread string `msgpack:"thread,omitempty"`
+	// Text is the user's message. Required.
+	Text string `msgpack:"text,omitempty"`
+	// ClientMessageID is the caller's id for Text, for deduplication.
+	ClientMessageID string `msgpack:"client_message_id,omitempty"`
+	// Model overrides the codex model; empty means the default.
+	Model string `msgpack:"model,omitempty"`
+	// Effort overrides the reasoning effort; empty means the default.
+	Effort string `msgpack:"effort,omitempty"`
+	// AutoApprove approves codex's command and patch requests without
+	// asking.
+	AutoApprove bool `msgpack:"auto_approve,omitempty"`
+	// DeveloperInstructions are passed to codex as developer instructions.
+	DeveloperInstructions string `msgpack:"developer_instructions,omitempty"`
+	// MCPURL is an http(s) MCP server codex may use for this round.
+	MCPURL string `msgpack:"mcp_url,omitempty"`
+	// MCPToken is the bearer token for MCPURL. Secret.
+	MCPToken string `msgpack:"mcp_token,omitempty"`
+	// History holds earlier turns of the thread, oldest first, used to seed
+	// a fresh codex thread when the old one cannot be resumed.
+	History []Turn `msgpack:"history,omitempty"`
+	// ReplyTo receives the replies; nil means the sender.
+	ReplyTo *PID `msgpack:"reply_to,omitempty"`
+}
+
+// Roles of a [Turn].
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+)
+
+// Turn is one earlier message of a thread, part of [StartRound.History].
+type Turn struct {
+	// Role is RoleUser or RoleAssistant.
+	Role string `msgpack:"role,omitempty"`
+	Text string `msgpack:"text,omitempty"`
+}
+
+// EventKind says what a [RoundEvent] carries. Receivers must ignore kinds
+// they do not know: new kinds may be added without a new wire name.
+type EventKind string
+
+// Kinds of [RoundEvent].
+const (
+	KindText       EventKind = "text"        // Text is a delta of the answer.
+	KindReasoning  EventKind = "reasoning"   // Text is a delta of the reasoning summary.
+	KindToolCall   EventKind = "tool_call"   // Tool describes a call codex started.
+	KindToolResult EventKind = "tool_result" // Result describes how a call ended.
+	KindUsage      EventKind = "usage"       // Usage holds token counts.
+	KindNotice     EventKind = "notice"      // Text is an informational notice.
+	KindError      EventKind = "error"       // Text is a non-fatal error; the verdict is in RoundFinished.
+	KindQuestion   EventKind = "question"    // Text is a question codex asks the user.
+)
+
+// RoundEvent is one step of a running round, sent to the ReplyTo of its
+// [StartRound] between the start and the [RoundFinished].
+type RoundEvent struct {
+	RoundID string `msgpack:"round_id,omitempty"`
+	// Seq numbers the events of a round 1, 2, 3, … so that the receiver can
+	// check order and loss.
+	Seq  uint64    `msgpack:"seq,omitempty"`
+	Kind EventKind `msgpack:"kind,omitempty"`
+	// Text is the delta, notice, error or question, depending on Kind.
+	Text string `msgpack:"text,omitempty"`
+	// ItemID is codex's id of the item the event belongs to.
+	ItemID string      `msgpack:"item_id,omitempty"`
+	Tool   *ToolCall   `msgpack:"tool,omitempty"`
+	Result *ToolResult `msgpack:"result,omitempty"`
+	Usage  *Usage      `msgpack:"usage,omitempty"`
+}
+
+// ToolCall describes a tool call (a command, a patch, an MCP tool) codex
+// started; it is the payload of a KindToolCall [RoundEvent].
+type ToolCall struct {
+	CallID string `msgpack:"call_id,omitempty"`
+	Name   string `msgpack:"name,omitempty"`
+	// Args is the call's arguments as JSON text.
+	Args string `msgpack:"args,omitempty"`
+	// Cwd is the working directory of a command.
+	Cwd string `msgpack:"cwd,omitempty"`
+	// Paths lists the files a patch changes.
+	Paths []FileChange `msgpack:"paths,omitempty"`
+}
+
+// FileChange is one file of a patch.
+type FileChange struct {
+	Path string `msgpack:"path,omitempty"`
+	// Kind is codex's change kind: "add", "delete" or "update".
+	Kind string `msgpack:"kind,omitempty"`
+}
+
+// ToolResult describes how a tool call ended; it is the payload of a
+// KindToolResult [RoundEvent].
+type ToolResult struct {
+	CallID string `msgpack:"call_id,omitempty"`
+	Name   string `msgpack:"name,omitempty"`
+	// Output is the call's (possibly truncated) output.
+	Output string `msgpack:"output,omitempty"`
+	// ExitCode is a command's exit code, nil if there is none.
+	ExitCode *int `msgpack:"exit_code,omitempty"`
+	// Failed reports that the call failed; Fault says why.
+	Failed bool   `msgpack:"failed,omitempty"`
+	Fault  string `msgpack:"fault,omitempty"`
+}
+
+// Usage holds the token counts codex reported; it is the payload of a
+// KindUsage [RoundEvent].
+type Usage struct {
+	InputTokens           int64 `msgpack:"input_tokens,omitempty"`
+	CachedInputTokens     int64 `msgpack:"cached_input_tokens,omitempty"`
+	OutputTokens          int64 `msgpack:"output_tokens,omitempty"`
+	ReasoningOutputTokens int64 `msgpack:"reasoning_output_tokens,omitempty"`
+	TotalTokens           int64 `msgpack:"total_tokens,omitempty"`
+}
+
+// VerdictStatus is how a round ended. Receivers should treat a status they
+// do not know as StatusFailed.
+type VerdictStatus string
+
+// Statuses of [RoundFinished].
+const (
+	StatusCompleted   VerdictStatus = "completed"   // codex finished the turn.
+	StatusFailed      VerdictStatus = "failed"      // codex or the daemon failed; see Error.
+	StatusInterrupted VerdictStatus = "interrupted" // an InterruptRound stopped the turn.
+	StatusBusy        VerdictStatus = "busy"        // another round runs on the thread.
+	StatusUnavailable VerdictStatus = "unavailable" // the user's codex cannot run now (not logged in, not started, overloaded).
+	StatusRejected    VerdictStatus = "rejected"    // the StartRound failed validation.
+)
+
+// RoundFinished is the verdict on a round: exactly one is sent for every
+// [StartRound], after its last [RoundEvent].
+type RoundFinished struct {
+	RoundID string        `msgpack:"round_id,omitempty"`
+	Thread  string        `msgpack:"thread,omitempty"`
+	Status  VerdictStatus `msgpack:"status,omitempty"`
+	// Error says why a round did not complete.
+	Error string `msgpack:"error,omitempty"`
+	// CodexErrorInfo is the app-server's codexErrorInfo, as raw JSON text.
+	CodexErrorInfo string `msgpack:"codex_error_info,omitempty"`
+	// CodexThreadID is the codex thread that ran the round.
+	CodexThreadID string `msgpack:"codex_thread_id,omitempty"`
+	// Resumed reports that an existing codex thread was resumed.
+	Resumed bool `msgpack:"resumed,omitempty"`
+	// FellBack reports that the codex thread could not be resumed and a
+	// fresh one was seeded with a transcript of StartRound.History.
+	FellBack bool `msgpack:"fell_back,omitempty"`
+}
+
+// InterruptRound asks the daemon to interrupt the running round of User on
+// Thread. If RoundID is set, only that round is interrupted. The reply is a
+// [RoundControlled]; the round itself then ends with a [RoundFinished].
+type InterruptRound struct {
+	User    string `msgpack:"user,omitempty"`
+	Thread  string `msgpack:"thread,omitempty"`
+	RoundID string `msgpack:"round_id,omitempty"`
+}
+
+// SteerRound adds Text to the running round of User on Thread, without
+// waiting for it to finish. If RoundID is set, only that round is steered.
+// The reply is a [RoundControlled].
+type SteerRound struct {
+	User            string `msgpack:"user,omitempty"`
+	Thread          string `msgpack:"thread,omitempty"`
+	RoundID         string `msgpack:"round_id,omitempty"`
+	Text            string `msgpack:"text,omitempty"`
+	ClientMessageID string `msgpack:"client_message_id,omitempty"`
+}
+
+// RoundControlled answers an [InterruptRound] or a [SteerRound]: OK if the
+// round was found and codex accepted the request, otherwise Error says why.
+type RoundControlled struct {
+	RoundID string `msgpack:"round_id,omitempty"`
+	OK      bool   `msgpack:"ok,omitempty"`
+	Error   string `msgpack:"error,omitempty"`
+}
