@@ -1,0 +1,91 @@
+package actors
+
+import (
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/store"
+)
+
+// Config is what the actor tree needs from the daemon.
+type Config struct {
+	// Homes is the root of the users' folders; a user's CODEX_HOME is
+	// {Homes}/{user}/.codex.
+	Homes string
+	// Workspace is the shared skills workspace every thread runs in.
+	Workspace string
+	// CodexBin is the codex executable (resolved with codexrpc.ResolveBinary).
+	CodexBin string
+	// CodexArgs replaces "app-server" (for fakes in tests).
+	CodexArgs []string
+	// Overrides go to every app-server as "-c key=value".
+	Overrides []string
+	// CodexEnv adds KEY=VALUE to every app-server's allow-listed environment.
+	CodexEnv []string
+	// Sandbox and ApprovalPolicy of new and resumed threads (defaults
+	// read-only and never).
+	Sandbox        string
+	ApprovalPolicy string
+	// ClientName is sent in initialize; it becomes the originator.
+	ClientName string
+	// CallTimeout bounds every RPC other than a turn's own run (default 60s).
+	CallTimeout time.Duration
+	// QueueLimit is how many rounds may wait behind a running one on the
+	// same mesh thread before further ones get a busy verdict (default 4).
+	QueueLimit int
+	// TranscriptTurns and TranscriptBytes bound the transcript that seeds a
+	// fresh thread (defaults from store).
+	TranscriptTurns int
+	TranscriptBytes int
+	// StopGrace is each polite step of stopping an app-server (default 2s).
+	StopGrace time.Duration
+	// Logger receives everything (slog.Default when nil).
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.Homes == "" {
+		return errors.New("config: no homes root")
+	}
+	if c.Workspace == "" {
+		return errors.New("config: no workspace")
+	}
+	var err error
+	if c.Homes, err = filepath.Abs(c.Homes); err != nil {
+		return err
+	}
+	if c.Workspace, err = filepath.Abs(c.Workspace); err != nil {
+		return err
+	}
+	if c.Sandbox == "" {
+		c.Sandbox = codexrpc.SandboxReadOnly
+	}
+	if c.ApprovalPolicy == "" {
+		c.ApprovalPolicy = codexrpc.ApprovalNever
+	}
+	if c.ClientName == "" {
+		c.ClientName = "meshweaver-supervisor"
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 60 * time.Second
+	}
+	if c.QueueLimit <= 0 {
+		c.QueueLimit = 4
+	}
+	if c.TranscriptTurns <= 0 {
+		c.TranscriptTurns = store.DefaultTranscriptTurns
+	}
+	if c.TranscriptBytes <= 0 {
+		c.TranscriptBytes = store.DefaultTranscriptBytes
+	}
+	if c.StopGrace <= 0 {
+		c.StopGrace = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}

@@ -1,0 +1,6 @@
+// Package actors is the daemon's actor tree on hollywood: a root that routes
+// by user, one supervising actor per user, and under each user the codex
+// app-server actor, the thread-registry actor, the login actor and one actor
+// per round in flight. docs/ARCHITECTURE.md draws the tree and says who owns
+// which goroutine, process and file.
+package actors

@@ -1,0 +1,162 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/anthdm/hollywood/actor"
+	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/testkit/codexhome"
+	"github.com/meshweaver/supervisor/testkit/mockmodel"
+)
+
+// harness is a daemon's actor tree on a local engine, with the real CLI
+// pointed at a mock model.
+type harness struct {
+	t      testing.TB
+	engine *actor.Engine
+	root   *actor.PID
+	model  *mockmodel.Server
+	cfg    Config
+}
+
+func newHarness(t testing.TB, mutate func(*Config)) *harness {
+	t.Helper()
+	bin, err := codexhome.CodexBin()
+	if err != nil {
+		t.Fatalf("the real codex CLI is required: %v", err)
+	}
+	model, err := mockmodel.Start(mockmodel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { model.Close() })
+	e, err := actor.NewEngine(actor.NewEngineConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Homes:     t.TempDir(),
+		Workspace: t.TempDir(),
+		CodexBin:  bin,
+		Overrides: codexhome.Overrides(model.URL()),
+		Logger:    testLogger(t),
+		StopGrace: time.Second,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	root, err := SpawnRoot(e, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, engine: e, root: root, model: model, cfg: cfg}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		<-e.PoisonCtx(ctx, root).Done()
+		if ctx.Err() != nil {
+			t.Errorf("stopping the tree timed out")
+		}
+	})
+	return h
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// caller is a stand-in for a mesh actor: it collects what a round sends.
+type caller struct {
+	pid *actor.PID
+	ch  chan any
+}
+
+func (h *harness) caller() *caller {
+	c := &caller{ch: make(chan any, 4096)}
+	c.pid = h.engine.SpawnFunc(func(ctx *actor.Context) {
+		switch m := ctx.Message().(type) {
+		case actor.Initialized, actor.Started, actor.Stopped:
+		default:
+			if u, err := messages.Unwrap(m); err == nil {
+				c.ch <- u
+			} else {
+				c.ch <- err
+			}
+		}
+	}, "caller")
+	h.t.Cleanup(func() { <-h.engine.Poison(c.pid).Done() })
+	return c
+}
+
+// roundResult is everything one round sent.
+type roundResult struct {
+	events  []messages.RoundEvent
+	verdict messages.RoundFinished
+}
+
+func (r roundResult) text() string {
+	var s string
+	for _, e := range r.events {
+		if e.Kind == messages.KindText {
+			s += e.Text
+		}
+	}
+	return s
+}
+
+func (r roundResult) kinds(k messages.EventKind) []messages.RoundEvent {
+	var out []messages.RoundEvent
+	for _, e := range r.events {
+		if e.Kind == k {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// round sends a StartRound and collects its events until the verdict.
+func (h *harness) round(c *caller, m messages.StartRound) roundResult {
+	h.t.Helper()
+	if m.RoundID == "" {
+		m.RoundID = "rt-" + time.Now().Format("150405.000000000")
+	}
+	h.engine.SendWithSender(h.root, m, c.pid)
+	return c.collect(h.t, m.RoundID, 90*time.Second)
+}
+
+func (c *caller) collect(t testing.TB, roundID string, d time.Duration) roundResult {
+	t.Helper()
+	var res roundResult
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		select {
+		case m := <-c.ch:
+			switch m := m.(type) {
+			case messages.RoundEvent:
+				if m.RoundID != roundID {
+					continue
+				}
+				if want := uint64(len(res.events) + 1); m.Seq != want {
+					t.Errorf("event seq %d, want %d", m.Seq, want)
+				}
+				res.events = append(res.events, m)
+			case messages.RoundFinished:
+				if m.RoundID != roundID {
+					continue
+				}
+				res.verdict = m
+				return res
+			}
+		case <-deadline.C:
+			t.Fatalf("round %s: no verdict within %v (events so far: %d)", roundID, d, len(res.events))
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package actors
+
+import (
+	"github.com/anthdm/hollywood/actor"
+	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/store"
+)
+
+// Messages between the daemon's own actors. They never cross the remote.
+
+// roundRequest is a validated StartRound with its reply target resolved.
+type roundRequest struct {
+	messages.StartRound
+	replyTo *actor.PID
+}
+
+// Requests between local actors carry a buffered reply channel, written
+// once: the asker can stop waiting when its context ends, which hollywood's
+// Request cannot do.
+
+// acquireClient asks the codex actor for a ready client.
+type acquireClient struct {
+	pin   bool
+	reply chan clientReady // buffered 1
+}
+
+// clientReady answers acquireClient.
+type clientReady struct {
+	client *codexrpc.Client
+	gen    uint64
+	err    error
+}
+
+// codexStarted and codexStartFailed end a start attempt.
+type codexStarted struct {
+	gen    uint64
+	proc   *codexrpc.Process
+	client *codexrpc.Client
+}
+
+type codexStartFailed struct {
+	gen uint64
+	err error
+}
+
+// codexExited reports the end of the process of generation gen.
+type codexExited struct {
+	gen uint64
+	err error // *codexrpc.ExitError for a death, codexrpc.ErrClosed for a stop
+}
+
+// codexNote is a notification from the process of generation gen.
+type codexNote struct {
+	gen  uint64
+	note *codexrpc.Notification
+}
+
+// codexServerRequest is a server request to answer (a Request); the answer
+// is serverAnswer.
+type codexServerRequest struct {
+	gen   uint64
+	req   *codexrpc.Request
+	reply chan serverAnswer // buffered 1
+}
+
+type serverAnswer struct {
+	result any
+	err    error
+}
+
+// subscribe routes a thread's notifications to a round.
+type subscribe struct {
+	threadID    string
+	round       *actor.PID
+	autoApprove bool
+}
+
+type unsubscribe struct {
+	threadID string
+	round    *actor.PID
+}
+
+// roundNote is a routed notification, delivered to the round actor.
+type roundNote struct{ note *codexrpc.Notification }
+
+// questionAsked surfaces a requestUserInput question to the round.
+type questionAsked struct{ text string }
+
+// codexLost tells a round its process died.
+type codexLost struct{ err error }
+
+// Registry actor messages.
+type lookupThread struct {
+	key   string
+	reply chan threadLookup // buffered 1
+}
+type threadLookup struct {
+	threadID string
+	turns    []store.Turn // the journal, for a transcript
+}
+type recordThread struct{ key, threadID string }
+type forgetThread struct{ key string }
+type appendTurns struct {
+	key   string
+	turns []store.Turn
+}
+
+// Round actor messages.
+type turnStarted struct {
+	threadID string
+	turnID   string
+	resumed  bool
+	fellBack bool
+}
+type driverFailed struct {
+	status messages.VerdictStatus
+	err    error
+}
+type roundDone struct {
+	key     string
+	roundID string
+}

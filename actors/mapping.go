@@ -1,0 +1,272 @@
+package actors
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/messages"
+)
+
+// maxToolOutput bounds a tool result's output in one event; the CLI already
+// caps a command's aggregated output near 1 MiB.
+const maxToolOutput = 256 << 10
+
+// turnEnd is what turn/completed says.
+type turnEnd struct {
+	Status         string // codexrpc.Turn* status
+	Error          string
+	CodexErrorInfo string
+}
+
+// mapper turns one round's app-server notifications into round events. It
+// is pure apart from its own bookkeeping: which items streamed deltas (so a
+// completed item is not repeated) and the answer text (for the journal).
+type mapper struct {
+	streamed map[string]bool
+	answer   strings.Builder
+}
+
+func newMapper() *mapper { return &mapper{streamed: make(map[string]bool)} }
+
+// Answer is the assistant text of the round so far.
+func (m *mapper) Answer() string { return m.answer.String() }
+
+// note maps one notification. It returns the events to send and, for
+// turn/completed, the end of the turn. Anything it does not know yields
+// nothing: no notification may fault a round.
+func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd) {
+	switch n.Method {
+	case codexrpc.NoteAgentMessageDelta:
+		var d codexrpc.Delta
+		if json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
+			return nil, nil
+		}
+		m.streamed[d.ItemID] = true
+		m.answer.WriteString(d.Delta)
+		return one(messages.RoundEvent{Kind: messages.KindText, Text: d.Delta, ItemID: d.ItemID}), nil
+	case codexrpc.NoteReasoningSummary, codexrpc.NoteReasoningText:
+		var d codexrpc.Delta
+		if json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
+			return nil, nil
+		}
+		m.streamed[d.ItemID] = true
+		return one(messages.RoundEvent{Kind: messages.KindReasoning, Text: d.Delta, ItemID: d.ItemID}), nil
+	case codexrpc.NoteItemStarted:
+		var in codexrpc.ItemNotification
+		if json.Unmarshal(n.Params, &in) != nil {
+			return nil, nil
+		}
+		return m.itemStarted(&in.Item), nil
+	case codexrpc.NoteItemCompleted:
+		var in codexrpc.ItemNotification
+		if json.Unmarshal(n.Params, &in) != nil {
+			return nil, nil
+		}
+		return m.itemCompleted(&in.Item), nil
+	case codexrpc.NoteTokenUsage:
+		var u codexrpc.TokenUsageNotification
+		if json.Unmarshal(n.Params, &u) != nil {
+			return nil, nil
+		}
+		// The last request only: the thread total would count twice.
+		l := u.TokenUsage.Last
+		return one(messages.RoundEvent{Kind: messages.KindUsage, Usage: &messages.Usage{
+			InputTokens: l.InputTokens, CachedInputTokens: l.CachedInputTokens,
+			OutputTokens: l.OutputTokens, ReasoningOutputTokens: l.ReasoningOutputTokens,
+			TotalTokens: l.TotalTokens,
+		}}), nil
+	case codexrpc.NoteError:
+		var e codexrpc.ErrorNotification
+		if json.Unmarshal(n.Params, &e) != nil || e.WillRetry {
+			return nil, nil // a retried error is not a verdict
+		}
+		return one(messages.RoundEvent{Kind: messages.KindError, Text: e.Error.Message}), nil
+	case codexrpc.NoteModelRerouted:
+		var r codexrpc.ModelRerouted
+		if json.Unmarshal(n.Params, &r) != nil {
+			return nil, nil
+		}
+		return one(messages.RoundEvent{Kind: messages.KindNotice, Text: fmt.Sprintf("model rerouted from %s to %s", r.FromModel, r.ToModel)}), nil
+	case codexrpc.NoteMCPStartupStatus:
+		var s codexrpc.MCPStartupStatus
+		if json.Unmarshal(n.Params, &s) != nil || s.Status != "failed" {
+			return nil, nil
+		}
+		text := fmt.Sprintf("MCP server %s failed to start; the round runs without it", s.Name)
+		if s.Error != nil && *s.Error != "" {
+			text += ": " + *s.Error
+		}
+		return one(messages.RoundEvent{Kind: messages.KindNotice, Text: text}), nil
+	case codexrpc.NoteTurnCompleted:
+		var t codexrpc.TurnNotification
+		if json.Unmarshal(n.Params, &t) != nil {
+			return nil, &turnEnd{Status: codexrpc.TurnFailed, Error: "turn/completed could not be read"}
+		}
+		end := &turnEnd{Status: t.Turn.Status}
+		if t.Turn.Error != nil {
+			end.Error = t.Turn.Error.Message
+			if len(t.Turn.Error.CodexErrorInfo) > 0 && string(t.Turn.Error.CodexErrorInfo) != "null" {
+				end.CodexErrorInfo = string(t.Turn.Error.CodexErrorInfo)
+			}
+		}
+		return nil, end
+	}
+	return nil, nil
+}
+
+func (m *mapper) itemStarted(it *codexrpc.Item) []messages.RoundEvent {
+	call := func(tc messages.ToolCall) []messages.RoundEvent {
+		tc.CallID = it.ID
+		return one(messages.RoundEvent{Kind: messages.KindToolCall, ItemID: it.ID, Tool: &tc})
+	}
+	switch it.Type {
+	case codexrpc.ItemCommandExecution:
+		return call(messages.ToolCall{Name: "shell", Args: jsonText(map[string]string{"command": it.Command}), Cwd: it.Cwd})
+	case codexrpc.ItemMCPToolCall:
+		return call(messages.ToolCall{Name: mcpName(it), Args: rawArgs(it.Arguments)})
+	case codexrpc.ItemFileChange:
+		return call(messages.ToolCall{Name: "apply_patch", Paths: changes(it.Changes)})
+	case codexrpc.ItemWebSearch:
+		return call(messages.ToolCall{Name: "web_search", Args: jsonText(map[string]string{"query": it.Query})})
+	case codexrpc.ItemDynamicToolCall:
+		return call(messages.ToolCall{Name: it.Tool, Args: rawArgs(it.Arguments)})
+	}
+	return nil
+}
+
+func (m *mapper) itemCompleted(it *codexrpc.Item) []messages.RoundEvent {
+	result := func(r messages.ToolResult) []messages.RoundEvent {
+		r.CallID = it.ID
+		r.Output = clip(r.Output, maxToolOutput)
+		return one(messages.RoundEvent{Kind: messages.KindToolResult, ItemID: it.ID, Result: &r})
+	}
+	switch it.Type {
+	case codexrpc.ItemAgentMessage:
+		if m.streamed[it.ID] || it.Text == "" {
+			return nil
+		}
+		m.answer.WriteString(it.Text)
+		return one(messages.RoundEvent{Kind: messages.KindText, Text: it.Text, ItemID: it.ID})
+	case codexrpc.ItemReasoning:
+		if m.streamed[it.ID] {
+			return nil
+		}
+		parts := it.Summary
+		if len(parts) == 0 {
+			parts = it.ReasoningContent()
+		}
+		text := strings.Join(parts, "\n\n")
+		if text == "" {
+			return nil
+		}
+		return one(messages.RoundEvent{Kind: messages.KindReasoning, Text: text, ItemID: it.ID})
+	case codexrpc.ItemCommandExecution:
+		r := messages.ToolResult{Name: "shell", ExitCode: it.ExitCode}
+		if it.AggregatedOutput != nil {
+			r.Output = *it.AggregatedOutput
+		}
+		switch {
+		case it.Status == "declined":
+			r.Failed, r.Fault = true, "declined"
+		case it.ExitCode != nil && *it.ExitCode != 0:
+			r.Failed, r.Fault = true, fmt.Sprintf("exit code %d", *it.ExitCode)
+		case it.Status == "failed":
+			r.Failed, r.Fault = true, "failed"
+		}
+		return result(r)
+	case codexrpc.ItemMCPToolCall:
+		r := messages.ToolResult{Name: mcpName(it)}
+		if it.Result != nil {
+			r.Output = contentText(it.Result.Content)
+		}
+		switch {
+		case it.Error != nil:
+			r.Failed, r.Fault = true, it.Error.Message
+		case it.Status == "failed":
+			r.Failed, r.Fault = true, "the tool reported an error"
+		}
+		return result(r)
+	case codexrpc.ItemFileChange:
+		r := messages.ToolResult{Name: "apply_patch", Output: pathsText(it.Changes)}
+		if it.Status != "completed" {
+			r.Failed, r.Fault = true, orDefault(it.Status, "failed")
+		}
+		return result(r)
+	case codexrpc.ItemWebSearch:
+		return result(messages.ToolResult{Name: "web_search", Output: it.Query})
+	case codexrpc.ItemDynamicToolCall:
+		r := messages.ToolResult{Name: it.Tool, Output: contentText(it.ContentItems)}
+		if (it.Success != nil && !*it.Success) || it.Status == "failed" {
+			r.Failed, r.Fault = true, "the tool reported an error"
+		}
+		return result(r)
+	}
+	return nil
+}
+
+func one(e messages.RoundEvent) []messages.RoundEvent { return []messages.RoundEvent{e} }
+
+// mcpName names an MCP call as the mesh does for every harness.
+func mcpName(it *codexrpc.Item) string { return "mcp__" + it.Server + "__" + it.Tool }
+
+func rawArgs(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "{}"
+	}
+	return string(raw)
+}
+
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "{}"
+	}
+	return string(b)
+}
+
+func changes(cs []codexrpc.FileChange) []messages.FileChange {
+	out := make([]messages.FileChange, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, messages.FileChange{Path: c.Path, Kind: c.Kind.Type})
+	}
+	return out
+}
+
+func pathsText(cs []codexrpc.FileChange) string {
+	var b strings.Builder
+	for _, c := range cs {
+		fmt.Fprintf(&b, "%s %s\n", c.Kind.Type, c.Path)
+	}
+	return b.String()
+}
+
+func contentText(items []codexrpc.ContentItem) string {
+	var parts []string
+	for _, c := range items {
+		if c.Text != "" {
+			parts = append(parts, c.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// clip bounds s to n bytes on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && (s[i]&0xC0) == 0x80 {
+		i--
+	}
+	return s[:i] + "…[truncated]"
+}

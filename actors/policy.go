@@ -1,0 +1,54 @@
+package actors
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/meshweaver/supervisor/codexrpc"
+)
+
+// answerServerRequest is the in-line policy for requests the CLI sends:
+// approvals are accepted with auto-approve and declined without; a question
+// for the user gets blank answers and is surfaced (question is its text);
+// an MCP elicitation is declined; anything else is method-not-found, which
+// the CLI treats as declined.
+func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, question string, err error) {
+	switch r.Method {
+	case codexrpc.ReqCommandApproval, codexrpc.ReqFileChangeApproval:
+		d := codexrpc.DecisionDecline
+		if autoApprove {
+			d = codexrpc.DecisionAccept
+		}
+		return codexrpc.ApprovalAnswer{Decision: d}, "", nil
+	case codexrpc.ReqUserInput:
+		var p codexrpc.UserInputParams
+		_ = json.Unmarshal(r.Params, &p)
+		ans := codexrpc.UserInputAnswer{Answers: make(map[string]codexrpc.UserAnswer, len(p.Questions))}
+		var qs []string
+		for _, q := range p.Questions {
+			ans.Answers[q.ID] = codexrpc.UserAnswer{Answers: []string{}}
+			text := q.Question
+			if len(q.Options) > 0 {
+				var opts []string
+				for _, o := range q.Options {
+					opts = append(opts, o.Label)
+				}
+				text += " (" + strings.Join(opts, " / ") + ")"
+			}
+			qs = append(qs, text)
+		}
+		if len(qs) == 0 {
+			return ans, "", nil
+		}
+		return ans, "Codex asks: " + strings.Join(qs, " "), nil
+	case codexrpc.ReqElicitation:
+		return codexrpc.ElicitationAnswer{Action: "decline"}, "", nil
+	}
+	return nil, "", &codexrpc.WireError{Code: codexrpc.CodeMethodNotFound, Message: "method not found: " + r.Method}
+}
+
+// declineAnswer is the answer when the policy could not be consulted.
+func declineAnswer(method string) (any, error) {
+	res, _, err := answerServerRequest(&codexrpc.Request{Method: method, Params: json.RawMessage("{}")}, false)
+	return res, err
+}

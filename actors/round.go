@@ -1,0 +1,334 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/anthdm/hollywood/actor"
+	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/store"
+)
+
+// roundActor runs one round: a driver goroutine opens the thread (resume,
+// or start seeded with a transcript) and starts the turn; the actor maps the
+// routed notifications to events for the caller and sends exactly one
+// verdict. It then records what the journal needs and stops itself.
+type roundActor struct {
+	cfg      *Config
+	req      roundRequest
+	id       string
+	log      *slog.Logger
+	codex    *actor.PID
+	registry *actor.PID
+	parent   *actor.PID
+
+	engine *actor.Engine
+	self   *actor.PID
+	seq    uint64
+	mapper *mapper
+	done   bool
+
+	threadID  string
+	turnID    string
+	client    *codexrpc.Client
+	resumed   bool
+	fellBack  bool
+	interrupt bool // asked before the turn had an id
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newRoundActor(cfg *Config, req roundRequest, id string, codex, registry *actor.PID) actor.Producer {
+	return func() actor.Receiver {
+		return &roundActor{
+			cfg: cfg, req: req, id: id, codex: codex, registry: registry,
+			log: cfg.Logger.With("user", userTag(req.User), "thread", store.KeyPrefix(req.Thread),
+				"round", req.RoundID),
+			mapper: newMapper(),
+		}
+	}
+}
+
+// roundPanicked gives the caller its verdict when the round actor itself
+// fails: the guard has contained the panic; the round must still end once.
+func roundPanicked(c *actor.Context, v any) {
+	if r, ok := c.Receiver().(*roundActor); ok && !r.done {
+		r.finish(messages.StatusFailed, fmt.Sprintf("internal error in the daemon: %v", v), "")
+	}
+}
+
+func (r *roundActor) Receive(c *actor.Context) {
+	switch m := c.Message().(type) {
+	case actor.Started:
+		r.engine, r.self, r.parent = c.Engine(), c.PID(), c.Parent()
+		ctx, cancel := context.WithCancel(context.Background())
+		r.cancel = cancel
+		r.wg.Add(1)
+		go r.drive(ctx)
+	case actor.Stopped:
+		r.cancel()
+		r.wg.Wait()
+		if !r.done {
+			r.finish(messages.StatusInterrupted, "the daemon is stopping", "")
+		}
+	case clientReady:
+		r.client = m.client
+	case turnStarted:
+		r.threadID, r.turnID, r.resumed, r.fellBack = m.threadID, m.turnID, m.resumed, m.fellBack
+		if r.interrupt {
+			r.interruptTurn(nil)
+		}
+	case roundNote:
+		if r.done {
+			return
+		}
+		events, end := r.mapper.note(m.note)
+		for _, ev := range events {
+			r.emit(ev)
+		}
+		if end != nil {
+			r.turnEnded(end)
+		}
+	case questionAsked:
+		if !r.done {
+			r.emit(messages.RoundEvent{Kind: messages.KindQuestion, Text: m.text})
+		}
+	case codexLost:
+		if !r.done {
+			r.finish(messages.StatusFailed, m.err.Error(), "")
+		}
+	case driverFailed:
+		if !r.done {
+			r.finish(m.status, m.err.Error(), "")
+		}
+	case messages.InterruptRound:
+		r.onInterrupt(c)
+	case messages.SteerRound:
+		r.onSteer(c, m)
+	}
+}
+
+func (r *roundActor) emit(ev messages.RoundEvent) {
+	r.seq++
+	ev.RoundID, ev.Seq = r.req.RoundID, r.seq
+	deliver(r.engine, r.req.replyTo, ev, r.log)
+}
+
+func (r *roundActor) turnEnded(end *turnEnd) {
+	switch end.Status {
+	case codexrpc.TurnCompleted:
+		r.finish(messages.StatusCompleted, "", "")
+	case codexrpc.TurnInterrupted:
+		r.finish(messages.StatusInterrupted, orDefault(end.Error, "the turn was interrupted"), end.CodexErrorInfo)
+	default:
+		r.finish(messages.StatusFailed, orDefault(end.Error, "the turn failed"), end.CodexErrorInfo)
+	}
+}
+
+// finish sends the verdict, once, and winds the round down.
+func (r *roundActor) finish(status messages.VerdictStatus, errText, info string) {
+	if r.done {
+		return
+	}
+	r.done = true
+	deliver(r.engine, r.req.replyTo, messages.RoundFinished{
+		RoundID: r.req.RoundID, Thread: r.req.Thread, Status: status,
+		Error: errText, CodexErrorInfo: info, CodexThreadID: r.threadID,
+		Resumed: r.resumed, FellBack: r.fellBack,
+	}, r.log)
+	r.log.Info("round finished", "status", status, "resumed", r.resumed, "fell_back", r.fellBack)
+	if r.turnID != "" {
+		// The CLI keeps the user's message in the thread whatever the end;
+		// the journal keeps what the transcript fallback needs.
+		turns := []store.Turn{{Role: store.RoleUser, Text: r.req.Text}}
+		if a := r.mapper.Answer(); a != "" {
+			turns = append(turns, store.Turn{Role: store.RoleAssistant, Text: a})
+		}
+		r.engine.Send(r.registry, appendTurns{key: r.req.Thread, turns: turns})
+	}
+	if r.threadID != "" {
+		r.engine.Send(r.codex, unsubscribe{threadID: r.threadID, round: r.self})
+	}
+	r.engine.Send(r.parent, roundDone{key: r.req.Thread, roundID: r.req.RoundID})
+	r.engine.Poison(r.self)
+}
+
+func (r *roundActor) onInterrupt(c *actor.Context) {
+	sender := c.Sender()
+	if r.done {
+		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, Error: "the round has already finished"}, r.log)
+		return
+	}
+	if r.turnID == "" {
+		r.interrupt = true
+		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, OK: true}, r.log)
+		return
+	}
+	r.interruptTurn(sender)
+}
+
+// interruptTurn calls turn/interrupt on a goroutine; the verdict comes with
+// turn/completed (interrupted).
+func (r *roundActor) interruptTurn(reply *actor.PID) {
+	client, threadID, turnID := r.client, r.threadID, r.turnID
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CallTimeout)
+		defer cancel()
+		err := client.TurnInterrupt(ctx, threadID, turnID)
+		ans := messages.RoundControlled{RoundID: r.req.RoundID, OK: err == nil}
+		if err != nil {
+			ans.Error = err.Error()
+		}
+		deliver(r.engine, reply, ans, r.log)
+	}()
+}
+
+func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
+	sender := c.Sender()
+	if r.done || r.turnID == "" {
+		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, Error: "no running turn to steer yet"}, r.log)
+		return
+	}
+	client, p := r.client, codexrpc.TurnSteerParams{
+		ThreadID: r.threadID, ExpectedTurnID: r.turnID,
+		Input: codexrpc.TextInput(m.Text), ClientUserMessageID: m.ClientMessageID,
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CallTimeout)
+		defer cancel()
+		_, err := client.TurnSteer(ctx, p)
+		ans := messages.RoundControlled{RoundID: r.req.RoundID, OK: err == nil}
+		if err != nil {
+			ans.Error = err.Error()
+		}
+		deliver(r.engine, sender, ans, r.log)
+	}()
+}
+
+// drive opens the thread and starts the turn. It runs on the round's own
+// goroutine and reports back by message; every call has a deadline.
+func (r *roundActor) drive(ctx context.Context) {
+	defer r.wg.Done()
+	fail := func(status messages.VerdictStatus, err error) {
+		r.engine.Send(r.self, driverFailed{status: status, err: err})
+	}
+	ready, err := ask(ctx, r.cfg.CallTimeout, r.engine, r.codex, func(ch chan clientReady) any { return acquireClient{reply: ch} })
+	if err != nil {
+		fail(messages.StatusUnavailable, fmt.Errorf("codex app-server did not become ready: %w", err))
+		return
+	}
+	if ready.err != nil {
+		fail(messages.StatusUnavailable, fmt.Errorf("codex app-server unavailable: %w", ready.err))
+		return
+	}
+	client := ready.client
+	r.engine.Send(r.self, clientReady{client: client, gen: ready.gen})
+
+	known, err := ask(ctx, r.cfg.CallTimeout, r.engine, r.registry, func(ch chan threadLookup) any { return lookupThread{key: r.req.Thread, reply: ch} })
+	if err != nil {
+		fail(messages.StatusFailed, fmt.Errorf("reading the thread registry: %w", err))
+		return
+	}
+
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, r.cfg.CallTimeout) }
+	overlay := r.overlay()
+	threadID, resumed, fellBack := known.threadID, false, false
+	if threadID != "" {
+		cctx, cancel := call()
+		_, err := client.ThreadResume(cctx, codexrpc.ThreadResumeParams{
+			ThreadID: threadID, Cwd: r.cfg.Workspace, Sandbox: r.cfg.Sandbox,
+			ApprovalPolicy: r.cfg.ApprovalPolicy, DeveloperInstructions: r.req.DeveloperInstructions,
+			Config: overlay, ExcludeTurns: true,
+		})
+		cancel()
+		switch cls := codexrpc.Classify(err); {
+		case err == nil:
+			resumed = true
+		case cls == codexrpc.ClassNoRollout || cls == codexrpc.ClassInvalidSessionID:
+			r.log.Info("codex refused the resume; starting afresh with a transcript", "err", err)
+			r.engine.Send(r.registry, forgetThread{key: r.req.Thread})
+			threadID, fellBack = "", true
+		default:
+			fail(messages.StatusFailed, fmt.Errorf("resuming the codex thread: %w", err))
+			return
+		}
+	}
+	text := r.req.Text
+	if threadID == "" {
+		cctx, cancel := call()
+		started, err := client.ThreadStart(cctx, codexrpc.ThreadStartParams{
+			Cwd: r.cfg.Workspace, Sandbox: r.cfg.Sandbox, ApprovalPolicy: r.cfg.ApprovalPolicy,
+			DeveloperInstructions: r.req.DeveloperInstructions, Config: overlay,
+		})
+		cancel()
+		if err != nil {
+			fail(messages.StatusFailed, fmt.Errorf("starting a codex thread: %w", err))
+			return
+		}
+		threadID = started.Thread.ID
+		text = r.seeded(known.turns)
+	}
+	r.engine.Send(r.codex, subscribe{threadID: threadID, round: r.self, autoApprove: r.req.AutoApprove})
+
+	cctx, cancel := call()
+	turn, err := client.TurnStart(cctx, codexrpc.TurnStartParams{
+		ThreadID: threadID, Input: codexrpc.TextInput(text), Summary: "auto",
+		Model: r.req.Model, Effort: r.req.Effort, ClientUserMessageID: r.req.ClientMessageID,
+	})
+	cancel()
+	if err != nil {
+		fail(messages.StatusFailed, fmt.Errorf("starting the turn: %w", err))
+		return
+	}
+	r.engine.Send(r.self, turnStarted{threadID: threadID, turnID: turn.ID, resumed: resumed, fellBack: fellBack})
+	if !resumed {
+		// Only now does the thread have a turn, and so a rollout to resume.
+		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: threadID})
+		cctx, cancel := call()
+		if err := client.ThreadNameSet(cctx, threadID, "mw-"+store.KeyPrefix(r.req.Thread)); err != nil &&
+			!errors.Is(err, codexrpc.ErrClosed) {
+			r.log.Debug("naming the thread", "err", err)
+		}
+		cancel()
+	}
+}
+
+// seeded is the first message of a fresh thread: the new text, preceded by
+// a bounded transcript of the mesh thread's earlier turns when there are any
+// (from the round itself, else from the daemon's journal).
+func (r *roundActor) seeded(journal []store.Turn) string {
+	var turns []store.Turn
+	if len(r.req.History) > 0 {
+		for _, t := range r.req.History {
+			turns = append(turns, store.Turn{Role: t.Role, Text: t.Text})
+		}
+	} else {
+		turns = journal
+	}
+	if len(turns) == 0 {
+		return r.req.Text
+	}
+	return store.Transcript(turns, r.cfg.TranscriptTurns, r.cfg.TranscriptBytes) + "\n\n" + r.req.Text
+}
+
+// overlay is the thread's config overlay: the mesh's MCP back-connection,
+// in the CLI's own snake_case keys.
+func (r *roundActor) overlay() map[string]any {
+	if r.req.MCPURL == "" {
+		return nil
+	}
+	server := map[string]any{"url": r.req.MCPURL}
+	if r.req.MCPToken != "" {
+		server["http_headers"] = map[string]string{"Authorization": "Bearer " + r.req.MCPToken}
+	}
+	return map[string]any{"mcp_servers": map[string]any{"meshweaver": server}}
+}

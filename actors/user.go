@@ -1,0 +1,122 @@
+package actors
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/anthdm/hollywood/actor"
+	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/store"
+)
+
+// userActor supervises one user: it owns the codex, registry and login
+// actors and one round actor per round in flight, and it admits rounds:
+// one runs per mesh thread at a time, up to QueueLimit more wait in order,
+// and past that a round gets a busy verdict at once.
+type userActor struct {
+	cfg  *Config
+	user string
+	home string
+	log  *slog.Logger
+
+	codex    *actor.PID
+	registry *actor.PID
+	threads  map[string]*threadState
+	seq      uint64
+}
+
+type threadState struct {
+	active  *actor.PID
+	roundID string
+	queue   []roundRequest
+}
+
+func newUserActor(cfg *Config, user, home string) actor.Producer {
+	return func() actor.Receiver {
+		return &userActor{
+			cfg: cfg, user: user, home: home,
+			log:     cfg.Logger.With("user", userTag(user), "actor", "user"),
+			threads: make(map[string]*threadState),
+		}
+	}
+}
+
+func (u *userActor) Receive(c *actor.Context) {
+	switch m := c.Message().(type) {
+	case actor.Started:
+		u.codex = c.SpawnChild(newCodexActor(u.cfg, u.user, u.home), "codex", spawnOpts("main", u.log, nil)...)
+		u.registry = c.SpawnChild(newRegistryActor(u.cfg, u.user, u.home), "registry", spawnOpts("main", u.log, nil)...)
+	case actor.Stopped:
+		// hollywood poisons the children and waits for each.
+	case roundRequest:
+		u.admit(c, m)
+	case roundDone:
+		u.roundDone(c, m)
+	case messages.InterruptRound:
+		u.control(c, m.Thread, m.RoundID)
+	case messages.SteerRound:
+		u.control(c, m.Thread, m.RoundID)
+	}
+}
+
+func (u *userActor) admit(c *actor.Context, req roundRequest) {
+	ts := u.threads[req.Thread]
+	if ts == nil {
+		ts = &threadState{}
+		u.threads[req.Thread] = ts
+	}
+	if ts.active == nil {
+		u.startRound(c, ts, req)
+		return
+	}
+	if len(ts.queue) >= u.cfg.QueueLimit {
+		deliver(c.Engine(), req.replyTo, messages.RoundFinished{
+			RoundID: req.RoundID, Thread: req.Thread, Status: messages.StatusBusy,
+			Error: fmt.Sprintf("%d rounds already wait on this mesh thread", len(ts.queue)),
+		}, u.log)
+		return
+	}
+	ts.queue = append(ts.queue, req)
+}
+
+func (u *userActor) startRound(c *actor.Context, ts *threadState, req roundRequest) {
+	u.seq++
+	// The actor id is ours, not the caller's round id: it must be unique
+	// and free of path separators whatever the caller sends.
+	id := "r" + strconv.FormatUint(u.seq, 10)
+	ts.active = c.SpawnChild(newRoundActor(u.cfg, req, id, u.codex, u.registry), "round",
+		spawnOpts(id, u.log, roundPanicked)...)
+	ts.roundID = req.RoundID
+}
+
+func (u *userActor) roundDone(c *actor.Context, m roundDone) {
+	ts := u.threads[m.key]
+	if ts == nil || ts.roundID != m.roundID {
+		return
+	}
+	ts.active, ts.roundID = nil, ""
+	if len(ts.queue) == 0 {
+		delete(u.threads, m.key)
+		return
+	}
+	next := ts.queue[0]
+	ts.queue = ts.queue[1:]
+	u.startRound(c, ts, next)
+}
+
+// control forwards an interrupt or steer to the thread's running round.
+func (u *userActor) control(c *actor.Context, thread, roundID string) {
+	ts := u.threads[thread]
+	if ts == nil || ts.active == nil || (roundID != "" && roundID != ts.roundID) {
+		deliver(c.Engine(), c.Sender(), messages.RoundControlled{RoundID: roundID,
+			Error: "no running round on that mesh thread"}, u.log)
+		return
+	}
+	c.Engine().SendWithSender(ts.active, c.Message(), c.Sender())
+}
+
+// homeFor is a user's CODEX_HOME under the homes root.
+func homeFor(cfg *Config, user string) (string, error) {
+	return store.HomeDir(cfg.Homes, user)
+}

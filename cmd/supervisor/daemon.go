@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/anthdm/hollywood/actor"
+	"github.com/anthdm/hollywood/remote"
+	"github.com/meshweaver/supervisor/actors"
+)
+
+// daemon is the running actor tree behind its remote listener.
+type daemon struct {
+	engine *actor.Engine
+	rem    *remote.Remote
+	root   *actor.PID
+	log    *slog.Logger
+}
+
+// startDaemon listens on listen and spawns the actor tree. tlsConf nil
+// means plaintext.
+func startDaemon(listen string, tlsConf *tls.Config, cfg actors.Config) (*daemon, error) {
+	rc := remote.NewConfig()
+	if tlsConf != nil {
+		rc = rc.WithTLS(tlsConf)
+	}
+	rem := remote.New(listen, rc)
+	e, err := actor.NewEngine(actor.NewEngineConfig().WithRemote(rem))
+	if err != nil {
+		return nil, fmt.Errorf("starting the remote on %s: %w", listen, err)
+	}
+	root, err := actors.SpawnRoot(e, cfg)
+	if err != nil {
+		rem.Stop().Wait()
+		return nil, err
+	}
+	return &daemon{engine: e, rem: rem, root: root, log: cfg.Logger}, nil
+}
+
+// stop poisons the tree (every round gets its verdict, every app-server is
+// stopped), then closes the listener. The tree goes first: replies of the
+// last rounds still need the remote.
+func (d *daemon) stop(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	<-d.engine.PoisonCtx(ctx, d.root).Done()
+	err := ctx.Err()
+	d.rem.Stop().Wait()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("the actor tree did not stop within %v", timeout)
+	}
+	return nil
+}
+
+// rootPID is the daemon's entry point at addr.
+func rootPID(addr string) *actor.PID {
+	return actor.NewPID(addr, actors.RootKind+"/"+actors.RootID)
+}
+
+// isLoopback reports whether a listen address binds loopback only.
+func isLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// freeLoopbackAddr picks a free loopback port. hollywood puts the listen
+// address into every PID, so ":0" cannot be used directly.
+func freeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := ln.Addr().String()
+	return addr, ln.Close()
+}

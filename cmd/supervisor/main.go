@@ -1,0 +1,88 @@
+// Command supervisor is the meshweaver codex supervisor: a daemon that runs
+// one supervised `codex app-server` per mesh user (serve), the remote
+// callers that talk to it (round, interrupt), and a self-contained demo.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := runCLI(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage: supervisor <command> [flags]
+
+commands:
+  serve       run the daemon
+  demo        run the daemon against an embedded demo model and chat with it
+  round       send one chat round to a daemon and stream its answer
+  interrupt   interrupt the running round of a mesh thread
+  steer       add a message to the running round of a mesh thread
+
+Run "supervisor <command> -h" for a command's flags.
+`
+
+// errUsage marks a command-line mistake: exit code 2.
+var errUsage = errors.New("usage")
+
+// exitError carries a specific exit code.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(ctx, args[1:], stderr)
+	case "demo":
+		err = demo(ctx, args[1:], stdout, stderr)
+	case "round":
+		err = roundCmd(ctx, args[1:], stdout, stderr)
+	case "interrupt":
+		err = controlCmd(ctx, "interrupt", args[1:], stdout, stderr)
+	case "steer":
+		err = controlCmd(ctx, "steer", args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "supervisor: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		fmt.Fprintf(stderr, "supervisor %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return fmt.Sprint(*s) }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
