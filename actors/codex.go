@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/anthdm/hollywood/actor"
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/store"
 )
 
 // maxEarlyNotes bounds the notifications kept for threads no round has
@@ -39,6 +43,9 @@ type codexActor struct {
 	subs    map[string]subscribe
 	early   map[string][]*codexrpc.Notification
 	nEarly  int
+	pinned  *actor.PID // the login actor during a session
+	creds   *store.Credentials
+	redact  *codexrpc.Redactor
 
 	// Goroutines: start attempts and exit watchers. Processes a start
 	// produced are in live until stopped, so Stopped can end even those
@@ -49,10 +56,10 @@ type codexActor struct {
 	down bool
 }
 
-func newCodexActor(cfg *Config, user, home string) actor.Producer {
+func newCodexActor(cfg *Config, user, home string, creds *store.Credentials) actor.Producer {
 	return func() actor.Receiver {
 		return &codexActor{
-			cfg: cfg, user: user, home: home,
+			cfg: cfg, user: user, home: home, creds: creds, redact: &codexrpc.Redactor{},
 			log:   cfg.Logger.With("user", userTag(user), "actor", "codex"),
 			subs:  make(map[string]subscribe),
 			early: make(map[string][]*codexrpc.Notification),
@@ -92,6 +99,19 @@ func (a *codexActor) Receive(c *actor.Context) {
 		}
 		a.nEarly -= len(a.early[m.threadID])
 		delete(a.early, m.threadID)
+	case unpinClient:
+		if a.pinned != nil && a.pinned.Equals(m.pin) {
+			a.pinned = nil
+		}
+	case applyAPIKey:
+		if a.client != nil {
+			client := a.client
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				a.writeAPIKey(client, true)
+			}()
+		}
 	case unsubscribe:
 		if s, ok := a.subs[m.threadID]; ok && s.round.Equals(m.round) {
 			delete(a.subs, m.threadID)
@@ -100,6 +120,9 @@ func (a *codexActor) Receive(c *actor.Context) {
 }
 
 func (a *codexActor) acquire(m acquireClient) {
+	if m.pin != nil {
+		a.pinned = m.pin
+	}
 	if a.client != nil {
 		m.reply <- clientReady{client: a.client, gen: a.gen}
 		return
@@ -131,6 +154,7 @@ func (a *codexActor) start() {
 		Overrides: a.cfg.Overrides,
 		Env:       codexrpc.AllowedEnv(environ(), a.cfg.CodexEnv),
 		Logger:    a.log,
+		Redactor:  a.redact,
 		StopGrace: a.cfg.StopGrace,
 		Conn: codexrpc.Options{
 			Logger: a.log,
@@ -180,6 +204,7 @@ func (a *codexActor) start() {
 			engine.Send(self, codexStartFailed{gen: gen, err: fmt.Errorf("initializing codex: %w", err)})
 			return
 		}
+		a.writeAPIKey(client, false)
 		engine.Send(self, codexStarted{gen: gen, proc: p, client: client})
 	}()
 }
@@ -220,6 +245,10 @@ func (a *codexActor) exited(m codexExited) {
 	for _, s := range a.subs {
 		a.engine.Send(s.round, codexLost{err: err})
 	}
+	if a.pinned != nil {
+		a.engine.Send(a.pinned, codexLost{err: err})
+		a.pinned = nil
+	}
 	a.subs = make(map[string]subscribe)
 	a.early = make(map[string][]*codexrpc.Notification)
 	a.nEarly = 0
@@ -234,7 +263,13 @@ func (a *codexActor) route(n *codexrpc.Notification) {
 	var head struct {
 		ThreadID string `json:"threadId"`
 	}
-	if json.Unmarshal(n.Params, &head) != nil || head.ThreadID == "" {
+	if json.Unmarshal(n.Params, &head) != nil {
+		return
+	}
+	if head.ThreadID == "" {
+		if strings.HasPrefix(n.Method, "account/") && a.pinned != nil {
+			a.engine.Send(a.pinned, accountNote{note: n})
+		}
 		return
 	}
 	if s, ok := a.subs[head.ThreadID]; ok {
@@ -269,6 +304,34 @@ func (a *codexActor) stopProc(p *codexrpc.Process) {
 	if err := p.Stop(ctx); err != nil {
 		a.log.Warn("stopping codex app-server", "pid", p.PID(), "err", err)
 	}
+}
+
+// writeAPIKey writes the user's stored API key into the home through the
+// app-server, when there is one and (unless always) the home holds no
+// login yet: on a first start, and whenever the home was recreated. It runs
+// on a goroutine of the actor's.
+func (a *codexActor) writeAPIKey(client *codexrpc.Client, always bool) {
+	key, ok, err := a.creds.APIKey()
+	if err != nil {
+		a.log.Error("reading the stored API key", "err", err)
+		return
+	}
+	if !ok {
+		return
+	}
+	if !always {
+		if _, err := os.Stat(filepath.Join(a.home, "auth.json")); err == nil {
+			return
+		}
+	}
+	a.redact.Add(key)
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.CallTimeout)
+	defer cancel()
+	if _, err := client.LoginStart(ctx, codexrpc.LoginStartParams{Type: codexrpc.LoginAPIKey, APIKey: key}); err != nil {
+		a.log.Error("writing the API key into the home", "err", a.redact.Redact(err.Error()))
+		return
+	}
+	a.log.Info("API key written into the home")
 }
 
 // shutdown is the destructor: it stops every process this actor started

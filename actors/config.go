@@ -40,6 +40,9 @@ type Config struct {
 	// fresh thread (defaults from store).
 	TranscriptTurns int
 	TranscriptBytes int
+	// LoginGrant is how long a device-code login may wait for approval
+	// before it is cancelled (default 15 minutes).
+	LoginGrant time.Duration
 	// StopGrace is each polite step of stopping an app-server (default 2s).
 	StopGrace time.Duration
 	// Logger receives everything (slog.Default when nil).
@@ -80,6 +83,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.TranscriptBytes <= 0 {
 		c.TranscriptBytes = store.DefaultTranscriptBytes
+	}
+	if c.LoginGrant <= 0 {
+		c.LoginGrant = 15 * time.Minute
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 2 * time.Second

@@ -21,9 +21,21 @@ type roundRequest struct {
 
 // acquireClient asks the codex actor for a ready client.
 type acquireClient struct {
-	pin   bool
+	// pin keeps the process for a login session: account notifications and
+	// the process's death go to pin until unpinClient.
+	pin   *actor.PID
 	reply chan clientReady // buffered 1
 }
+
+// unpinClient ends a pin.
+type unpinClient struct{ pin *actor.PID }
+
+// applyAPIKey asks the codex actor to write the stored API key into the
+// home now, when a process runs (otherwise the next start does).
+type applyAPIKey struct{}
+
+// accountNote is an account/* notification, for the pinned login actor.
+type accountNote struct{ note *codexrpc.Notification }
 
 // clientReady answers acquireClient.
 type clientReady struct {

@@ -76,6 +76,18 @@ func (r *rootActor) Receive(c *actor.Context) {
 			return
 		}
 		r.forward(c, m.User, m)
+	case messages.StartLogin:
+		r.toUser(c, m.User, m, m.Validate())
+	case messages.CancelLogin:
+		r.toUser(c, m.User, m, m.Validate())
+	case messages.SetAPIKey:
+		r.toUser(c, m.User, m, m.Validate())
+	case messages.Logout:
+		r.toUser(c, m.User, m, m.Validate())
+	case messages.AccountRequest:
+		r.toUser(c, m.User, m, m.Validate())
+	case messages.ModelsRequest:
+		r.toUser(c, m.User, m, m.Validate())
 	default:
 		r.reject(c, fmt.Errorf("%w: the daemon does not accept %T", messages.ErrUnknownType, msg))
 	}
@@ -122,6 +134,24 @@ func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 		return
 	}
 	c.Send(user, roundRequest{StartRound: m, replyTo: replyTo})
+}
+
+// toUser hands an account message to its user's actor, spawning it: a
+// login or model query is a user's first message as much as a round is.
+func (r *rootActor) toUser(c *actor.Context, userID string, msg any, verr error) {
+	if verr == nil {
+		verr = store.ValidateUserID(userID)
+	}
+	if verr != nil {
+		r.reject(c, verr)
+		return
+	}
+	pid, err := r.user(c, userID)
+	if err != nil {
+		r.reject(c, err)
+		return
+	}
+	c.Engine().SendWithSender(pid, msg, c.Sender())
 }
 
 func (r *rootActor) forward(c *actor.Context, userID string, msg any) {

@@ -3,6 +3,7 @@ package actors
 import (
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 
 	"github.com/anthdm/hollywood/actor"
@@ -22,6 +23,7 @@ type userActor struct {
 
 	codex    *actor.PID
 	registry *actor.PID
+	login    *actor.PID
 	threads  map[string]*threadState
 	seq      uint64
 }
@@ -45,7 +47,9 @@ func newUserActor(cfg *Config, user, home string) actor.Producer {
 func (u *userActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
 	case actor.Started:
-		u.codex = c.SpawnChild(newCodexActor(u.cfg, u.user, u.home), "codex", spawnOpts("main", u.log, nil)...)
+		creds := store.NewCredentials(filepath.Join(filepath.Dir(u.home), "meshweaver"))
+		u.codex = c.SpawnChild(newCodexActor(u.cfg, u.user, u.home, creds), "codex", spawnOpts("main", u.log, nil)...)
+		u.login = c.SpawnChild(newLoginActor(u.cfg, u.user, u.codex, creds), "login", spawnOpts("main", u.log, nil)...)
 		u.registry = c.SpawnChild(newRegistryActor(u.cfg, u.user, u.home), "registry", spawnOpts("main", u.log, nil)...)
 	case actor.Stopped:
 		// hollywood poisons the children and waits for each.
@@ -57,6 +61,9 @@ func (u *userActor) Receive(c *actor.Context) {
 		u.control(c, m.Thread, m.RoundID)
 	case messages.SteerRound:
 		u.control(c, m.Thread, m.RoundID)
+	case messages.StartLogin, messages.CancelLogin, messages.SetAPIKey, messages.Logout,
+		messages.AccountRequest, messages.ModelsRequest:
+		c.Engine().SendWithSender(u.login, m, c.Sender())
 	}
 }
 

@@ -29,6 +29,10 @@ commands:
   round       send one chat round to a daemon and stream its answer
   interrupt   interrupt the running round of a mesh thread
   steer       add a message to the running round of a mesh thread
+  login       log a user in with ChatGPT (device code), or store an API key (--api-key-stdin)
+  logout      clear a user's stored credential and codex login
+  models      list the models a user's codex offers
+  account     show a user's codex account
 
 Run "supervisor <command> -h" for a command's flags.
 `
@@ -58,6 +62,10 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		err = controlCmd(ctx, "interrupt", args[1:], stdout, stderr)
 	case "steer":
 		err = controlCmd(ctx, "steer", args[1:], stdout, stderr)
+	case "login":
+		err = loginCmd(ctx, args[1:], stdin, stdout, stderr)
+	case "logout", "models", "account":
+		err = simpleCmd(ctx, args[0], args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
