@@ -285,6 +285,9 @@ func TestRealCLIInterruptHangingStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got := reqs[1].LastUserText(); got != "again" {
+		t.Errorf("LastUserText after an interrupt = %q, want the new message", got)
+	}
 	if !strings.Contains(strings.Join(reqs[1].UserTexts(), "\n"), "<turn_aborted>") {
 		t.Errorf("second request lacks the <turn_aborted> marker: %q", reqs[1].UserTexts())
 	}
@@ -307,5 +310,47 @@ func TestRealCLIOverridesOnly(t *testing.T) {
 	}
 	if reqs := e.mock.Requests(); len(reqs) != 1 || reqs[0].HasTool("apply_patch") {
 		t.Errorf("requests = %d; apply_patch offered without a catalog", len(reqs))
+	}
+}
+
+func TestRealCLIAutoCompactionWithSmallContext(t *testing.T) {
+	e := newEnv(t, codexhome.WithSmallContext())
+	// Turn 1 reports more tokens than the auto-compaction limit.
+	e.mock.Enqueue(mockmodel.Text("big").WithUsage(mockmodel.Usage{InputTokens: 3500, OutputTokens: 100}))
+	a := startAppServer(t, e)
+	a.handshake()
+	thread := a.startThread(e.work, "read-only")
+	if tc := lastTurn(t, a.runTurn(thread, "first")); tc.Turn.Status != "completed" {
+		t.Fatalf("turn 1 status = %q", tc.Turn.Status)
+	}
+
+	// Turn 2 compacts first; DemoResponder writes the summary, then answers.
+	msgs := a.runTurn(thread, "second")
+	if tc := lastTurn(t, msgs); tc.Turn.Status != "completed" {
+		t.Errorf("turn 2 status = %q", tc.Turn.Status)
+	}
+	compacted := false
+	for _, m := range byMethod(msgs, "item/completed") {
+		compacted = compacted || strings.Contains(string(m.Params), `"type":"contextCompaction"`)
+	}
+	if !compacted {
+		t.Error("no contextCompaction item in turn 2")
+	}
+	reqs := e.mock.Requests()
+	var kinds []string
+	for _, r := range reqs {
+		kinds = append(kinds, r.RequestKind())
+	}
+	if got := strings.Join(kinds, ","); got != "turn,compaction,turn" {
+		t.Fatalf("request kinds = %s, want turn,compaction,turn", got)
+	}
+	if !strings.Contains(reqs[1].LastUserText(), "CONTEXT CHECKPOINT COMPACTION") {
+		t.Errorf("compaction prompt = %.80q", reqs[1].LastUserText())
+	}
+	if got := reqs[2].LastUserText(); got != "second" {
+		t.Errorf("turn 2 LastUserText = %q", got)
+	}
+	if !strings.Contains(string(reqs[2].Body), "Summary (demo model)") {
+		t.Errorf("turn 2 request does not carry the demo summary")
 	}
 }

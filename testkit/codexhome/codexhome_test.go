@@ -245,3 +245,11 @@ func TestStrictConfig(t *testing.T) {
 		}
 	})
 }
+
+func TestOverridesQuoteTOML(t *testing.T) {
+	t.Parallel()
+	got := codexhome.Overrides(`http://h/"x"\y` + "\n")
+	if !contains(got, `model_providers.mock.base_url="http://h/\"x\"\\y\u000a"`) {
+		t.Errorf("Overrides = %q", got)
+	}
+}

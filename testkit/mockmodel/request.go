@@ -29,7 +29,8 @@ type Request struct {
 	Header http.Header
 	// Body is the raw request body (empty if it was too large).
 	Body []byte
-	// Status is the HTTP status the Server answered with (200 for streams).
+	// Status is the HTTP status the Server answered with (200 for streams),
+	// or 0 while the Script is still being chosen.
 	Status int
 
 	// Model is the body's "model".

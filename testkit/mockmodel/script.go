@@ -276,7 +276,7 @@ func (it Item) WithRaw(deltas ...string) Item {
 // CallID is the call_id of a tool-call item, or "".
 func (it Item) CallID() string { return it.callID }
 
-// events renders the item as SSE events at output index idx.
+// render returns the SSE events of the item at output index idx.
 func (it Item) render(idx int) []Event {
 	id := it.id
 	if id == "" && it.kind != kindRaw {

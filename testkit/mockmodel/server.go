@@ -244,7 +244,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	responses := strings.TrimSuffix(pathOf(s.url), "/") + "/responses"
-	var sc Script
 	switch {
 	case req.Status != 0:
 		// Body problem, decided above.
@@ -254,17 +253,25 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		req.Status = http.StatusMethodNotAllowed
 	case req.ParseError != nil:
 		req.Status = http.StatusBadRequest
-	default:
-		sc = s.choose(req)
-		req.Status = sc.Status
-		if req.Status == 0 {
-			req.Status = http.StatusOK
-		}
 	}
+	// Record before asking the Responder, so WaitRequests sees the request
+	// at once and the Responder sees its Seq.
 	s.record(req)
-	s.logf("mockmodel: #%d %s %s -> %d", req.Seq, req.Method, req.Path, req.Status)
-
-	if req.Status != http.StatusOK || sc.Status != 0 && sc.Status != http.StatusOK {
+	if req.Status != 0 {
+		s.logf("mockmodel: #%d %s %s -> %d", req.Seq, req.Method, req.Path, req.Status)
+		s.writeError(w, req, Script{})
+		return
+	}
+	sc := s.choose(req)
+	status := sc.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	s.mu.Lock()
+	req.Status = status
+	s.mu.Unlock()
+	s.logf("mockmodel: #%d %s %s -> %d", req.Seq, req.Method, req.Path, status)
+	if status != http.StatusOK {
 		s.writeError(w, req, sc)
 		return
 	}
@@ -278,6 +285,9 @@ func (s *Server) choose(req *Request) (sc Script) {
 	if ok {
 		return sc
 	}
+	s.mu.Lock()
+	view := req.clone()
+	s.mu.Unlock()
 	defer func() {
 		if p := recover(); p != nil {
 			s.logf("mockmodel: responder panicked: %v", p)
@@ -286,30 +296,33 @@ func (s *Server) choose(req *Request) (sc Script) {
 			})
 		}
 	}()
-	view := req.clone()
 	return responder(&view)
 }
 
+// writeError answers with sc, a non-200 Script, or with the Server's own
+// error for req.Status when sc is the zero Script.
 func (s *Server) writeError(w http.ResponseWriter, req *Request, sc Script) {
-	if sc.Status == 0 {
+	status := sc.Status
+	if status == 0 {
+		status = req.Status
 		// The Server's own errors.
 		msg := map[int]string{
 			http.StatusNotFound:              "mockmodel: no such path " + req.Path,
 			http.StatusMethodNotAllowed:      "mockmodel: method not allowed",
 			http.StatusRequestEntityTooLarge: "mockmodel: request body too large",
 			http.StatusBadRequest:            "mockmodel: bad request body",
-		}[req.Status]
+		}[status]
 		if req.ParseError != nil {
 			msg += ": " + req.ParseError.Error()
 		}
-		sc = HTTPError(req.Status, APIError{Message: msg, Type: "invalid_request_error"})
+		sc = HTTPError(status, APIError{Message: msg, Type: "invalid_request_error"})
 	}
 	for k, vs := range sc.Header {
 		for _, v := range vs {
 			w.Header().Add(k, v)
 		}
 	}
-	w.WriteHeader(req.Status)
+	w.WriteHeader(status)
 	_, _ = w.Write(sc.Body)
 }
 

@@ -464,3 +464,46 @@ func TestRequestAfterCloseIsRefused(t *testing.T) {
 		t.Errorf("request after Close got status %d", resp.StatusCode)
 	}
 }
+
+func TestRequestRecordedBeforeResponderAnswers(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	seen := make(chan int, 1)
+	s := startServer(t, mockmodel.Options{Responder: func(r *mockmodel.Request) mockmodel.Script {
+		seen <- r.Seq
+		<-release
+		return mockmodel.Text("late")
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	done := make(chan []sseEvent, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/responses", strings.NewReader(userBody("x")))
+		resp, err := client().Do(req)
+		if err != nil {
+			done <- nil
+			return
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		done <- []sseEvent{{Raw: string(b)}}
+	}()
+	reqs, err := s.WaitRequests(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reqs[0].Status != 0 {
+		t.Errorf("Status while the responder runs = %d, want 0", reqs[0].Status)
+	}
+	if seq := <-seen; seq != 0 {
+		t.Errorf("responder saw Seq %d", seq)
+	}
+	s.SetResponder(nil) // swapping while a request is in flight is safe
+	close(release)
+	if got := <-done; got == nil || !strings.Contains(got[0].Raw, `"delta":"late"`) {
+		t.Errorf("answer = %v", got)
+	}
+	if r := s.Requests()[0]; r.Status != http.StatusOK {
+		t.Errorf("Status after answering = %d", r.Status)
+	}
+}
