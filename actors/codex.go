@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,11 +23,29 @@ import (
 // startup status right after thread/start).
 const maxEarlyNotes = 256
 
+// ProcRecordName is the file, in CODEX_HOME/meshweaver/, that records the
+// pid and start time of the user's live app-server, so that a daemon that
+// was killed outright can end it on its next start.
+const ProcRecordName = "appserver.pid"
+
+// ErrUnavailable reports a user whose app-server crashed too often: no
+// start is tried until the cool-down ends.
+var ErrUnavailable = errors.New("codex app-server unavailable")
+
+// Messages the codex actor sends itself.
+type (
+	startNow  struct{ gen uint64 }
+	tick      struct{}
+	evictNow  struct{}
+	evictDone struct{}
+)
+
 // codexActor owns one user's `codex app-server` process and its connection.
 // It starts the process on first need, hands the ready client to rounds,
 // routes notifications by thread id to the subscribed round, and answers
 // server requests in-line. A death fails every subscribed round; the next
-// acquire starts a fresh process.
+// acquire starts a fresh process, after a backoff, and past the restart
+// limit not before a cool-down. An idle process is stopped.
 type codexActor struct {
 	cfg  *Config
 	user string
@@ -35,21 +54,28 @@ type codexActor struct {
 
 	engine *actor.Engine
 	self   *actor.PID
+	ticker actor.SendRepeater
 
-	gen     uint64
-	proc    *codexrpc.Process
-	client  *codexrpc.Client
-	waiters []chan clientReady // acquireClient requesters waiting for the start
-	subs    map[string]subscribe
-	early   map[string][]*codexrpc.Notification
-	nEarly  int
-	pinned  *actor.PID // the login actor during a session
-	creds   *store.Credentials
-	redact  *codexrpc.Redactor
+	gen      uint64
+	proc     *codexrpc.Process
+	client   *codexrpc.Client
+	starting bool
+	waiters  []chan clientReady // acquireClient requesters waiting for the start
+	subs     map[string]subscribe
+	early    map[string][]*codexrpc.Notification
+	nEarly   int
+	pinned   *actor.PID // the login actor during a session
+	creds    *store.Credentials
+	redact   *codexrpc.Redactor
 
-	// Goroutines: start attempts and exit watchers. Processes a start
-	// produced are in live until stopped, so Stopped can end even those
-	// whose start message never arrived.
+	lastUse   time.Time
+	crashes   []time.Time // unexpected deaths within RestartWindow
+	coolUntil time.Time
+	delay     *time.Timer // a backed-off start
+
+	// Goroutines: start attempts, exit watchers and stops. Processes a
+	// start produced are in live until stopped, so Stopped can end even
+	// those whose start message never arrived.
 	wg   sync.WaitGroup
 	mu   sync.Mutex
 	live map[*codexrpc.Process]struct{}
@@ -72,22 +98,31 @@ func (a *codexActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
 	case actor.Started:
 		a.engine, a.self = c.Engine(), c.PID()
+		a.ticker = c.SendRepeat(c.PID(), tick{}, tickInterval(a.cfg.IdleTimeout))
 	case actor.Stopped:
+		a.ticker.Stop()
 		a.shutdown()
 	case acquireClient:
 		a.acquire(m)
+	case startNow:
+		if m.gen == a.gen && a.starting {
+			a.launch()
+		}
 	case codexStarted:
 		a.started(m)
 	case codexStartFailed:
 		if m.gen != a.gen {
 			return
 		}
+		a.starting = false
+		a.crashed()
 		a.log.Warn("codex app-server failed to start", "err", m.err)
 		a.answerWaiters(clientReady{err: m.err})
 	case codexExited:
 		a.exited(m)
 	case codexNote:
 		if m.gen == a.gen {
+			a.touch()
 			a.route(m.note)
 		}
 	case codexServerRequest:
@@ -99,10 +134,17 @@ func (a *codexActor) Receive(c *actor.Context) {
 		}
 		a.nEarly -= len(a.early[m.threadID])
 		delete(a.early, m.threadID)
+		a.touch()
+	case unsubscribe:
+		if s, ok := a.subs[m.threadID]; ok && s.round.Equals(m.round) {
+			delete(a.subs, m.threadID)
+		}
+		a.touch()
 	case unpinClient:
 		if a.pinned != nil && a.pinned.Equals(m.pin) {
 			a.pinned = nil
 		}
+		a.touch()
 	case applyAPIKey:
 		if a.client != nil {
 			client := a.client
@@ -112,10 +154,33 @@ func (a *codexActor) Receive(c *actor.Context) {
 				a.writeAPIKey(client, true)
 			}()
 		}
-	case unsubscribe:
-		if s, ok := a.subs[m.threadID]; ok && s.round.Equals(m.round) {
-			delete(a.subs, m.threadID)
+	case tick:
+		if a.idle() && time.Since(a.lastUse) >= a.cfg.IdleTimeout {
+			a.evict("idle for " + a.cfg.IdleTimeout.String())
 		}
+	case evictNow:
+		if a.idle() {
+			a.evict("the node is at its cap of live app-servers")
+		}
+	}
+}
+
+// tickInterval checks idleness often enough for the timeout to hold within
+// a quarter of itself.
+func tickInterval(idle time.Duration) time.Duration {
+	return min(max(idle/4, 10*time.Millisecond), 30*time.Second)
+}
+
+// idle reports a live process that serves no round and no login.
+func (a *codexActor) idle() bool {
+	return a.proc != nil && len(a.subs) == 0 && a.pinned == nil
+}
+
+// touch records a use, for idle eviction and the node's LRU choice.
+func (a *codexActor) touch() {
+	a.lastUse = time.Now()
+	if a.proc != nil {
+		a.cfg.live.set(a.self, a.lastUse, !a.idle())
 	}
 }
 
@@ -123,14 +188,56 @@ func (a *codexActor) acquire(m acquireClient) {
 	if m.pin != nil {
 		a.pinned = m.pin
 	}
+	a.touch()
 	if a.client != nil {
 		m.reply <- clientReady{client: a.client, gen: a.gen}
 		return
 	}
+	if now := time.Now(); now.Before(a.coolUntil) {
+		m.reply <- clientReady{err: fmt.Errorf("%w: it died %d times within %v; cooling down until %s",
+			ErrUnavailable, a.cfg.RestartLimit, a.cfg.RestartWindow, a.coolUntil.Format(time.TimeOnly))}
+		return
+	}
 	a.waiters = append(a.waiters, m.reply)
-	if len(a.waiters) == 1 {
+	if !a.starting {
 		a.start()
 	}
+}
+
+// crashed counts an unexpected death; past the limit the user cools down.
+func (a *codexActor) crashed() {
+	now := time.Now()
+	kept := a.crashes[:0]
+	for _, t := range a.crashes {
+		if now.Sub(t) < a.cfg.RestartWindow {
+			kept = append(kept, t)
+		}
+	}
+	a.crashes = append(kept, now)
+	if len(a.crashes) >= a.cfg.RestartLimit {
+		a.coolUntil = now.Add(a.cfg.Cooldown)
+		a.crashes = nil
+		a.log.Error("codex app-server keeps dying; the user is unavailable for a cool-down",
+			"limit", a.cfg.RestartLimit, "window", a.cfg.RestartWindow, "until", a.coolUntil)
+	}
+}
+
+// backoff is the jittered exponential wait before a restart: none after a
+// clean history, then doubling with every recent crash.
+func (a *codexActor) backoff() time.Duration {
+	n := 0
+	now := time.Now()
+	for _, t := range a.crashes {
+		if now.Sub(t) < a.cfg.RestartWindow {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	d := a.cfg.RestartBackoff << min(n-1, 16)
+	d = min(d, a.cfg.RestartBackoffMax)
+	return d/2 + rand.N(d/2+1)
 }
 
 func (a *codexActor) answerWaiters(r clientReady) {
@@ -140,10 +247,22 @@ func (a *codexActor) answerWaiters(r clientReady) {
 	a.waiters = nil
 }
 
-// start launches a process on a goroutine: exec and initialize take tens of
-// milliseconds, and Receive never blocks.
+// start begins a start attempt, after the backoff if crashes are recent.
 func (a *codexActor) start() {
 	a.gen++
+	a.starting = true
+	if d := a.backoff(); d > 0 {
+		a.log.Info("restarting codex app-server after a backoff", "delay", d)
+		engine, self, gen := a.engine, a.self, a.gen
+		a.delay = time.AfterFunc(d, func() { engine.Send(self, startNow{gen: gen}) })
+		return
+	}
+	a.launch()
+}
+
+// launch starts a process on a goroutine: exec and initialize take tens of
+// milliseconds, and Receive never blocks.
+func (a *codexActor) launch() {
 	gen := a.gen
 	engine, self := a.engine, a.self
 	cfg := codexrpc.Config{
@@ -177,9 +296,16 @@ func (a *codexActor) start() {
 			},
 		},
 	}
+	record := filepath.Join(a.home, "meshweaver", ProcRecordName)
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
+		// A process a killed daemon left behind for this home goes first.
+		if reaped, err := store.ReapProcRecord(record, a.cfg.StopGrace); err != nil {
+			a.log.Warn("reaping a leftover app-server", "err", err)
+		} else if reaped {
+			a.log.Warn("ended an app-server a previous daemon left running")
+		}
 		p, err := codexrpc.Start(cfg)
 		if err != nil {
 			engine.Send(self, codexStartFailed{gen: gen, err: err})
@@ -194,7 +320,12 @@ func (a *codexActor) start() {
 		a.live[p] = struct{}{}
 		a.wg.Add(1)
 		a.mu.Unlock()
-		go a.watch(gen, p)
+		go a.watch(gen, p, record)
+		if st, err := store.ProcStartTime(p.PID()); err == nil {
+			if err := store.WriteProcRecord(record, store.ProcRecord{PID: p.PID(), StartTime: st, Exe: cfg.Binary}); err != nil {
+				a.log.Warn("recording the app-server's pid", "err", err)
+			}
+		}
 
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.CallTimeout)
 		defer cancel()
@@ -210,29 +341,38 @@ func (a *codexActor) start() {
 }
 
 // watch reports the process's end once its output is drained, so the error
-// carries the exit status and the stderr tail.
-func (a *codexActor) watch(gen uint64, p *codexrpc.Process) {
+// carries the exit status and the stderr tail, and drops its pid record.
+func (a *codexActor) watch(gen uint64, p *codexrpc.Process, record string) {
 	defer a.wg.Done()
 	<-p.Exited()
 	<-p.Conn().Done()
 	a.mu.Lock()
 	delete(a.live, p)
 	a.mu.Unlock()
+	if rec, err := store.ReadProcRecord(record); err == nil && rec.PID == p.PID() {
+		_ = os.Remove(record)
+	}
 	a.engine.Send(a.self, codexExited{gen: gen, err: p.Conn().Err()})
 }
 
 func (a *codexActor) started(m codexStarted) {
 	if m.gen != a.gen {
-		a.stopProc(m.proc)
+		a.goStop(m.proc)
 		return
 	}
+	a.starting = false
 	a.proc, a.client = m.proc, m.client
 	a.log.Info("codex app-server ready", "pid", m.proc.PID(), "version", m.client.Version.String())
+	a.touch()
 	a.answerWaiters(clientReady{client: m.client, gen: m.gen})
+	if v := a.cfg.live.victim(a.self, a.cfg.MaxLive); v != nil {
+		a.engine.Send(v, evictNow{})
+	}
 }
 
 func (a *codexActor) exited(m codexExited) {
-	if m.gen != a.gen || a.proc == nil && a.client == nil && len(a.waiters) == 0 {
+	// Before the start reported, its goroutine reports the failure itself.
+	if m.gen != a.gen || a.proc == nil {
 		return
 	}
 	err := m.err
@@ -241,6 +381,7 @@ func (a *codexActor) exited(m codexExited) {
 	}
 	if !errors.Is(err, codexrpc.ErrClosed) {
 		a.log.Warn("codex app-server died", "err", err)
+		a.crashed()
 	}
 	for _, s := range a.subs {
 		a.engine.Send(s.round, codexLost{err: err})
@@ -253,7 +394,30 @@ func (a *codexActor) exited(m codexExited) {
 	a.early = make(map[string][]*codexrpc.Notification)
 	a.nEarly = 0
 	a.proc, a.client = nil, nil
+	a.cfg.live.remove(a.self)
 	a.answerWaiters(clientReady{err: err})
+}
+
+// evict stops an idle process. Its generation ends here, so its exit is
+// not a crash; the next acquire starts a fresh one and rounds resume.
+func (a *codexActor) evict(why string) {
+	a.log.Info("stopping an idle codex app-server", "pid", a.proc.PID(), "why", why)
+	p := a.proc
+	a.gen++
+	a.proc, a.client = nil, nil
+	a.early = make(map[string][]*codexrpc.Notification)
+	a.nEarly = 0
+	a.cfg.live.remove(a.self)
+	a.goStop(p)
+}
+
+// goStop stops a process on a goroutine the actor owns.
+func (a *codexActor) goStop(p *codexrpc.Process) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.stopProc(p)
+	}()
 }
 
 // route hands a notification to the round subscribed to its thread.
@@ -337,23 +501,22 @@ func (a *codexActor) writeAPIKey(client *codexrpc.Client, always bool) {
 // shutdown is the destructor: it stops every process this actor started
 // and joins every goroutine it owns.
 func (a *codexActor) shutdown() {
+	if a.delay != nil {
+		a.delay.Stop()
+	}
 	a.mu.Lock()
 	a.down = true
-	a.mu.Unlock()
-	if a.proc != nil {
-		a.stopProc(a.proc)
-	}
-	a.mu.Lock()
-	var rest []*codexrpc.Process
+	var all []*codexrpc.Process
 	for p := range a.live {
-		rest = append(rest, p)
+		all = append(all, p)
 	}
 	a.mu.Unlock()
-	for _, p := range rest {
+	for _, p := range all {
 		a.stopProc(p)
 	}
 	// A start still in flight sees down and stops what it made.
 	a.wg.Wait()
+	a.cfg.live.remove(a.self)
 	a.answerWaiters(clientReady{err: codexrpc.ErrClosed})
 	a.proc, a.client = nil, nil
 }

@@ -43,10 +43,35 @@ type Config struct {
 	// LoginGrant is how long a device-code login may wait for approval
 	// before it is cancelled (default 15 minutes).
 	LoginGrant time.Duration
+	// RestartLimit app-server deaths within RestartWindow mark the user
+	// unavailable for Cooldown (defaults 5 in 60s, 60s). Restarts in
+	// between wait a jittered exponential backoff from RestartBackoff up to
+	// RestartBackoffMax (defaults 200ms, 10s).
+	RestartLimit      int
+	RestartWindow     time.Duration
+	Cooldown          time.Duration
+	RestartBackoff    time.Duration
+	RestartBackoffMax time.Duration
+	// IdleTimeout stops a user's app-server that served nothing for that
+	// long (default 10 minutes); MaxLive caps the live app-servers of the
+	// node, stopping the least recently used idle one (default 64).
+	IdleTimeout time.Duration
+	MaxLive     int
+	// StallTimeout interrupts a turn that made no progress for that long
+	// (default 10 minutes).
+	StallTimeout time.Duration
+	// OutboxBurst is how many events a round sends its caller per
+	// OutboxWindow before it coalesces text deltas (defaults 256, 50ms);
+	// OutboxLimit bounds what it holds back (default 4096 events).
+	OutboxBurst  int
+	OutboxWindow time.Duration
+	OutboxLimit  int
 	// StopGrace is each polite step of stopping an app-server (default 2s).
 	StopGrace time.Duration
 	// Logger receives everything (slog.Default when nil).
 	Logger *slog.Logger
+
+	live *liveSet // the node's live app-servers, for the MaxLive cap
 }
 
 func (c *Config) setDefaults() error {
@@ -87,11 +112,45 @@ func (c *Config) setDefaults() error {
 	if c.LoginGrant <= 0 {
 		c.LoginGrant = 15 * time.Minute
 	}
+	if c.RestartLimit <= 0 {
+		c.RestartLimit = 5
+	}
+	if c.RestartWindow <= 0 {
+		c.RestartWindow = time.Minute
+	}
+	if c.Cooldown <= 0 {
+		c.Cooldown = time.Minute
+	}
+	if c.RestartBackoff <= 0 {
+		c.RestartBackoff = 200 * time.Millisecond
+	}
+	if c.RestartBackoffMax <= 0 {
+		c.RestartBackoffMax = 10 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 10 * time.Minute
+	}
+	if c.MaxLive <= 0 {
+		c.MaxLive = 64
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = 10 * time.Minute
+	}
+	if c.OutboxBurst <= 0 {
+		c.OutboxBurst = 256
+	}
+	if c.OutboxWindow <= 0 {
+		c.OutboxWindow = 50 * time.Millisecond
+	}
+	if c.OutboxLimit <= 0 {
+		c.OutboxLimit = 4096
+	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 2 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.live = newLiveSet()
 	return nil
 }

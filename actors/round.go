@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/anthdm/hollywood/actor"
 	"github.com/meshweaver/supervisor/codexrpc"
@@ -39,9 +40,26 @@ type roundActor struct {
 	fellBack  bool
 	interrupt bool // asked before the turn had an id
 
+	// The outbox toward the caller (see emit).
+	pending     []messages.RoundEvent
+	windowStart time.Time
+	sentInWin   int
+	flushArmed  bool
+
+	ticker       actor.SendRepeater
+	lastProgress time.Time
+	stalledAt    time.Time // when a stalled turn was interrupted
+	callerGone   bool
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
+
+// Messages the round actor sends itself.
+type (
+	flushOutbox struct{}
+	stallTick   struct{}
+)
 
 func newRoundActor(cfg *Config, req roundRequest, id string, codex, registry *actor.PID) actor.Producer {
 	return func() actor.Receiver {
@@ -68,6 +86,11 @@ func (r *roundActor) Receive(c *actor.Context) {
 		r.engine, r.self, r.parent = c.Engine(), c.PID(), c.Parent()
 		ctx, cancel := context.WithCancel(context.Background())
 		r.cancel = cancel
+		r.lastProgress = time.Now()
+		r.ticker = c.SendRepeat(c.PID(), stallTick{}, tickInterval(r.cfg.StallTimeout))
+		if r.req.replyTo != nil && r.req.replyTo.Address != c.Engine().Address() {
+			c.Engine().Subscribe(c.PID()) // to learn when the caller is unreachable
+		}
 		r.wg.Add(1)
 		go r.drive(ctx)
 	case actor.Stopped:
@@ -75,6 +98,18 @@ func (r *roundActor) Receive(c *actor.Context) {
 		r.wg.Wait()
 		if !r.done {
 			r.finish(messages.StatusInterrupted, "the daemon is stopping", "")
+		}
+	case flushOutbox:
+		r.flushArmed = false
+		r.flush(false)
+	case stallTick:
+		r.checkStall()
+	case actor.RemoteUnreachableEvent:
+		if !r.done && !r.callerGone && r.req.replyTo != nil && m.ListenAddr == r.req.replyTo.Address {
+			r.log.Warn("the caller is unreachable; interrupting the round")
+			r.callerGone = true
+			r.pending = nil
+			r.stop()
 		}
 	case clientReady:
 		r.client = m.client
@@ -87,6 +122,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 		if r.done {
 			return
 		}
+		r.lastProgress = time.Now()
 		events, end := r.mapper.note(m.note)
 		for _, ev := range events {
 			r.emit(ev)
@@ -99,7 +135,9 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.emit(messages.RoundEvent{Kind: messages.KindQuestion, Text: m.text})
 		}
 	case codexLost:
-		if !r.done {
+		if !r.done && r.callerGone {
+			r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
+		} else if !r.done {
 			r.finish(messages.StatusFailed, m.err.Error(), "")
 		}
 	case driverFailed:
@@ -113,13 +151,95 @@ func (r *roundActor) Receive(c *actor.Context) {
 	}
 }
 
+// emit queues an event for the caller. Up to OutboxBurst events go out per
+// OutboxWindow as they come; past that the caller is taken to be slow and
+// events wait for the next window, adjacent text (and reasoning) deltas of
+// one item merged into one event: content and order are kept, the message
+// rate is bounded. Hollywood's mailboxes are unbounded, so the bound is
+// kept here: past OutboxLimit held events the round is interrupted.
 func (r *roundActor) emit(ev messages.RoundEvent) {
-	r.seq++
-	ev.RoundID, ev.Seq = r.req.RoundID, r.seq
-	deliver(r.engine, r.req.replyTo, ev, r.log)
+	if r.callerGone {
+		return
+	}
+	if n := len(r.pending); n > 0 {
+		last := &r.pending[n-1]
+		if (ev.Kind == messages.KindText || ev.Kind == messages.KindReasoning) &&
+			last.Kind == ev.Kind && last.ItemID == ev.ItemID {
+			last.Text += ev.Text
+			return
+		}
+	}
+	r.pending = append(r.pending, ev)
+	if len(r.pending) > r.cfg.OutboxLimit {
+		r.log.Warn("the caller cannot keep up; interrupting the round", "held", len(r.pending))
+		r.callerGone = true
+		r.pending = nil
+		r.stop()
+		return
+	}
+	r.flush(false)
+}
+
+// flush sends what the window allows (everything when all is set) and arms
+// a timer for the rest.
+func (r *roundActor) flush(all bool) {
+	now := time.Now()
+	if now.Sub(r.windowStart) >= r.cfg.OutboxWindow {
+		r.windowStart, r.sentInWin = now, 0
+	}
+	n := 0
+	for n < len(r.pending) && (all || r.sentInWin < r.cfg.OutboxBurst) {
+		ev := r.pending[n]
+		r.seq++
+		ev.RoundID, ev.Seq = r.req.RoundID, r.seq
+		deliver(r.engine, r.req.replyTo, ev, r.log)
+		r.sentInWin++
+		n++
+	}
+	r.pending = r.pending[n:]
+	if len(r.pending) == 0 {
+		r.pending = nil
+	} else if !r.flushArmed {
+		r.flushArmed = true
+		engine, self := r.engine, r.self
+		time.AfterFunc(r.cfg.OutboxWindow-now.Sub(r.windowStart), func() { engine.Send(self, flushOutbox{}) })
+	}
+}
+
+// stop interrupts the turn, or asks for that as soon as it has an id.
+func (r *roundActor) stop() {
+	if r.turnID == "" {
+		r.interrupt = true
+		return
+	}
+	r.interruptTurn(nil)
+}
+
+// checkStall interrupts a turn that made no progress for StallTimeout, and
+// gives up on it when even the interrupt is not answered.
+func (r *roundActor) checkStall() {
+	if r.done || r.turnID == "" {
+		return
+	}
+	switch {
+	case r.stalledAt.IsZero() && time.Since(r.lastProgress) >= r.cfg.StallTimeout:
+		r.log.Warn("the turn made no progress; interrupting it", "for", r.cfg.StallTimeout)
+		r.stalledAt = time.Now()
+		r.interruptTurn(nil)
+	case !r.stalledAt.IsZero() && time.Since(r.stalledAt) >= r.cfg.CallTimeout:
+		r.finish(messages.StatusFailed, fmt.Sprintf("the turn made no progress for %v and did not end when interrupted", r.cfg.StallTimeout), "")
+	}
 }
 
 func (r *roundActor) turnEnded(end *turnEnd) {
+	switch {
+	case r.callerGone:
+		r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
+		return
+	case !r.stalledAt.IsZero():
+		r.finish(messages.StatusFailed, fmt.Sprintf("the turn made no progress for %v and was interrupted", r.cfg.StallTimeout), end.CodexErrorInfo)
+		return
+	}
 	switch end.Status {
 	case codexrpc.TurnCompleted:
 		r.finish(messages.StatusCompleted, "", "")
@@ -136,11 +256,18 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		return
 	}
 	r.done = true
-	deliver(r.engine, r.req.replyTo, messages.RoundFinished{
-		RoundID: r.req.RoundID, Thread: r.req.Thread, Status: status,
-		Error: errText, CodexErrorInfo: info, CodexThreadID: r.threadID,
-		Resumed: r.resumed, FellBack: r.fellBack,
-	}, r.log)
+	r.ticker.Stop()
+	if r.req.replyTo != nil && r.req.replyTo.Address != r.engine.Address() {
+		r.engine.Unsubscribe(r.self)
+	}
+	if !r.callerGone { // nothing more goes to a caller that is gone
+		r.flush(true) // every event goes before the verdict
+		deliver(r.engine, r.req.replyTo, messages.RoundFinished{
+			RoundID: r.req.RoundID, Thread: r.req.Thread, Status: status,
+			Error: errText, CodexErrorInfo: info, CodexThreadID: r.threadID,
+			Resumed: r.resumed, FellBack: r.fellBack,
+		}, r.log)
+	}
 	r.log.Info("round finished", "status", status, "resumed", r.resumed, "fell_back", r.fellBack)
 	if r.turnID != "" {
 		// The CLI keeps the user's message in the thread whatever the end;

@@ -106,6 +106,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// A daemon killed outright leaves its app-servers behind: end them
+	// before any new one starts in the same homes.
+	if n := actors.ReapOrphans(o.homes, 2*time.Second, log); n > 0 {
+		log.Warn("ended app-servers left by a previous instance", "count", n)
+	}
 	d, err := startDaemon(o.listen, nil, actors.Config{
 		Homes: o.homes, Workspace: o.workspace, CodexBin: bin,
 		Overrides: o.overrides, CodexEnv: o.codexEnv,

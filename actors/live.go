@@ -1,0 +1,68 @@
+package actors
+
+import (
+	"sync"
+	"time"
+
+	"github.com/anthdm/hollywood/actor"
+)
+
+// liveSet is the node's table of live app-servers, shared by the users'
+// codex actors so that one starting past the MaxLive cap can ask the least
+// recently used idle one to stop. It is the one piece of state shared
+// between actors; its lock is never held across a send.
+type liveSet struct {
+	mu sync.Mutex
+	m  map[string]*liveEntry // by codex actor PID
+}
+
+type liveEntry struct {
+	pid     *actor.PID
+	lastUse time.Time
+	busy    bool
+}
+
+func newLiveSet() *liveSet { return &liveSet{m: make(map[string]*liveEntry)} }
+
+// set records pid as live with its last use and whether it is busy.
+func (l *liveSet) set(pid *actor.PID, lastUse time.Time, busy bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.m[pid.String()] = &liveEntry{pid: pid, lastUse: lastUse, busy: busy}
+}
+
+func (l *liveSet) remove(pid *actor.PID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, pid.String())
+}
+
+// Len is the number of live app-servers.
+func (l *liveSet) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.m)
+}
+
+// victim picks the least recently used idle app-server other than self
+// when more than max are live, or nil.
+func (l *liveSet) victim(self *actor.PID, max int) *actor.PID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.m) <= max {
+		return nil
+	}
+	var best *liveEntry
+	for _, e := range l.m {
+		if e.busy || e.pid.Equals(self) {
+			continue
+		}
+		if best == nil || e.lastUse.Before(best.lastUse) {
+			best = e
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return best.pid
+}
