@@ -68,7 +68,8 @@ type codexActor struct {
 	creds    *store.Credentials
 	redact   *codexrpc.Redactor
 
-	lastUse   time.Time
+	lastUse     time.Time
+	restartNext bool // the next start follows a death
 	crashes   []time.Time // unexpected deaths within RestartWindow
 	coolUntil time.Time
 	delay     *time.Timer // a backed-off start
@@ -156,10 +157,12 @@ func (a *codexActor) Receive(c *actor.Context) {
 		}
 	case tick:
 		if a.idle() && time.Since(a.lastUse) >= a.cfg.IdleTimeout {
+			a.cfg.Metrics.Evictions.WithLabelValues("idle").Inc()
 			a.evict("idle for " + a.cfg.IdleTimeout.String())
 		}
 	case evictNow:
 		if a.idle() {
+			a.cfg.Metrics.Evictions.WithLabelValues("cap").Inc()
 			a.evict("the node is at its cap of live app-servers")
 		}
 	}
@@ -214,6 +217,7 @@ func (a *codexActor) crashed() {
 		}
 	}
 	a.crashes = append(kept, now)
+	a.restartNext = true
 	if len(a.crashes) >= a.cfg.RestartLimit {
 		a.coolUntil = now.Add(a.cfg.Cooldown)
 		a.crashes = nil
@@ -362,6 +366,11 @@ func (a *codexActor) started(m codexStarted) {
 	}
 	a.starting = false
 	a.proc, a.client = m.proc, m.client
+	a.cfg.Metrics.Starts.Inc()
+	if a.restartNext {
+		a.cfg.Metrics.Restarts.Inc()
+		a.restartNext = false
+	}
 	a.log.Info("codex app-server ready", "pid", m.proc.PID(), "version", m.client.Version.String())
 	a.touch()
 	a.answerWaiters(clientReady{client: m.client, gen: m.gen})
@@ -381,6 +390,7 @@ func (a *codexActor) exited(m codexExited) {
 	}
 	if !errors.Is(err, codexrpc.ErrClosed) {
 		a.log.Warn("codex app-server died", "err", err)
+		a.cfg.Metrics.Deaths.Inc()
 		a.crashed()
 	}
 	for _, s := range a.subs {

@@ -70,6 +70,8 @@ type Config struct {
 	StopGrace time.Duration
 	// Logger receives everything (slog.Default when nil).
 	Logger *slog.Logger
+	// Metrics receives the counters (unregistered ones when nil).
+	Metrics *Metrics
 
 	live *liveSet // the node's live app-servers, for the MaxLive cap
 }
@@ -151,6 +153,11 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
 	c.live = newLiveSet()
+	gauge := c.Metrics.LiveAppServers
+	c.live.onCount = func(n int) { gauge.Set(float64(n)) }
 	return nil
 }

@@ -12,8 +12,9 @@ import (
 // recently used idle one to stop. It is the one piece of state shared
 // between actors; its lock is never held across a send.
 type liveSet struct {
-	mu sync.Mutex
-	m  map[string]*liveEntry // by codex actor PID
+	mu      sync.Mutex
+	m       map[string]*liveEntry // by codex actor PID
+	onCount func(n int)           // reports the count after each change
 }
 
 type liveEntry struct {
@@ -29,12 +30,18 @@ func (l *liveSet) set(pid *actor.PID, lastUse time.Time, busy bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.m[pid.String()] = &liveEntry{pid: pid, lastUse: lastUse, busy: busy}
+	if l.onCount != nil {
+		l.onCount(len(l.m))
+	}
 }
 
 func (l *liveSet) remove(pid *actor.PID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.m, pid.String())
+	if l.onCount != nil {
+		l.onCount(len(l.m))
+	}
 }
 
 // Len is the number of live app-servers.

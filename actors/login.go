@@ -204,6 +204,11 @@ func (a *loginActor) finish(success bool, reason string) {
 		id = s.challenge.LoginID
 	}
 	a.log.Info("device-code login finished", "login", id, "success", success, "reason", reason)
+	outcome := "failure"
+	if success {
+		outcome = "success"
+	}
+	a.cfg.Metrics.Logins.WithLabelValues(outcome).Inc()
 	for _, r := range s.requesters {
 		a.reply(r, messages.LoginFinished{User: a.user, LoginID: id, Success: success, Error: reason})
 	}

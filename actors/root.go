@@ -2,6 +2,7 @@ package actors
 
 import (
 	"crypto/rand"
+	"errors"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -94,6 +95,14 @@ func (r *rootActor) Receive(c *actor.Context) {
 }
 
 func (r *rootActor) reject(c *actor.Context, err error) {
+	reason := "invalid"
+	switch {
+	case errors.Is(err, messages.ErrUnknownType):
+		reason = "unknown"
+	case errors.Is(err, messages.ErrMalformed):
+		reason = "malformed"
+	}
+	r.cfg.Metrics.RemoteRejected.WithLabelValues(reason).Inc()
 	r.log.Warn("rejected a message", "type", fmt.Sprintf("%T", c.Message()), "sender", pidString(c.Sender()), "err", err)
 	if c.Sender() != nil {
 		deliver(c.Engine(), c.Sender(), messages.NewRejected(c.Message(), err), r.log)
@@ -121,6 +130,7 @@ func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 	}
 	if verr != nil {
 		r.log.Warn("rejected a round", "err", verr)
+		r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusRejected)).Inc()
 		deliver(c.Engine(), replyTo, messages.RoundFinished{
 			RoundID: m.RoundID, Thread: clipKey(m.Thread), Status: messages.StatusRejected, Error: verr.Error(),
 		}, r.log)
@@ -176,6 +186,7 @@ func (r *rootActor) user(c *actor.Context, id string) (*actor.PID, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.cfg.Metrics.Users.Inc()
 	return c.SpawnChild(newUserActor(r.cfg, id, home), "user", spawnOpts(id, r.log, nil)...), nil
 }
 

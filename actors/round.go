@@ -50,6 +50,8 @@ type roundActor struct {
 	lastProgress time.Time
 	stalledAt    time.Time // when a stalled turn was interrupted
 	callerGone   bool
+	startedAt    time.Time
+	firstDelta   bool
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -87,6 +89,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 		ctx, cancel := context.WithCancel(context.Background())
 		r.cancel = cancel
 		r.lastProgress = time.Now()
+		r.startedAt = r.lastProgress
 		r.ticker = c.SendRepeat(c.PID(), stallTick{}, tickInterval(r.cfg.StallTimeout))
 		if r.req.replyTo != nil && r.req.replyTo.Address != c.Engine().Address() {
 			c.Engine().Subscribe(c.PID()) // to learn when the caller is unreachable
@@ -160,6 +163,10 @@ func (r *roundActor) Receive(c *actor.Context) {
 func (r *roundActor) emit(ev messages.RoundEvent) {
 	if r.callerGone {
 		return
+	}
+	if ev.Kind == messages.KindText && !r.firstDelta {
+		r.firstDelta = true
+		r.cfg.Metrics.FirstDelta.Observe(time.Since(r.startedAt).Seconds())
 	}
 	if n := len(r.pending); n > 0 {
 		last := &r.pending[n-1]
@@ -257,6 +264,8 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 	}
 	r.done = true
 	r.ticker.Stop()
+	r.cfg.Metrics.Rounds.WithLabelValues(string(status)).Inc()
+	r.cfg.Metrics.RoundDuration.Observe(time.Since(r.startedAt).Seconds())
 	if r.req.replyTo != nil && r.req.replyTo.Address != r.engine.Address() {
 		r.engine.Unsubscribe(r.self)
 	}

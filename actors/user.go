@@ -53,6 +53,7 @@ func (u *userActor) Receive(c *actor.Context) {
 		u.registry = c.SpawnChild(newRegistryActor(u.cfg, u.user, u.home), "registry", spawnOpts("main", u.log, nil)...)
 	case actor.Stopped:
 		// hollywood poisons the children and waits for each.
+		u.cfg.Metrics.Users.Dec()
 	case roundRequest:
 		u.admit(c, m)
 	case roundDone:

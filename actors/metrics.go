@@ -1,0 +1,67 @@
+package actors
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the daemon's Prometheus collectors. Labels never carry user
+// ids, thread keys or anything secret: only fixed vocabularies.
+type Metrics struct {
+	Rounds         *prometheus.CounterVec // by verdict status
+	FirstDelta     prometheus.Histogram   // seconds from a round's start to its first text delta
+	RoundDuration  prometheus.Histogram   // seconds from a round's start to its verdict
+	LiveAppServers prometheus.Gauge
+	Starts         prometheus.Counter     // app-server processes started
+	Deaths         prometheus.Counter     // unexpected app-server exits
+	Restarts       prometheus.Counter     // starts that follow a death
+	Evictions      *prometheus.CounterVec // by reason: idle, cap
+	Logins         *prometheus.CounterVec // device-code logins by outcome: success, failure
+	RemoteRejected *prometheus.CounterVec // messages refused by reason: unknown, malformed, invalid
+	Users          prometheus.Gauge       // user actors alive
+}
+
+// NewMetrics makes the collectors and registers them with reg (nil: not
+// registered, for tests and tools).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	buckets := []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	m := &Metrics{
+		Rounds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "supervisor_rounds_total", Help: "Rounds finished, by verdict status.",
+		}, []string{"status"}),
+		FirstDelta: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "supervisor_round_first_delta_seconds", Help: "Time from a round's start to its first streamed text.", Buckets: buckets,
+		}),
+		RoundDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "supervisor_round_duration_seconds", Help: "Time from a round's start to its verdict.", Buckets: buckets,
+		}),
+		LiveAppServers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "supervisor_live_app_servers", Help: "codex app-server processes running.",
+		}),
+		Starts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "supervisor_app_server_starts_total", Help: "codex app-server processes started.",
+		}),
+		Deaths: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "supervisor_app_server_deaths_total", Help: "codex app-server processes that exited unexpectedly.",
+		}),
+		Restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "supervisor_app_server_restarts_total", Help: "codex app-server starts that follow an unexpected exit.",
+		}),
+		Evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "supervisor_app_server_evictions_total", Help: "Idle codex app-servers stopped, by reason.",
+		}, []string{"reason"}),
+		Logins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "supervisor_logins_total", Help: "Device-code logins finished, by outcome.",
+		}, []string{"outcome"}),
+		RemoteRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "supervisor_remote_rejected_total", Help: "Remote messages refused, by reason.",
+		}, []string{"reason"}),
+		Users: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "supervisor_users", Help: "User actors alive.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Rounds, m.FirstDelta, m.RoundDuration, m.LiveAppServers, m.Starts,
+			m.Deaths, m.Restarts, m.Evictions, m.Logins, m.RemoteRejected, m.Users)
+	}
+	return m
+}
