@@ -69,10 +69,10 @@ type codexActor struct {
 	redact   *codexrpc.Redactor
 
 	lastUse     time.Time
-	restartNext bool // the next start follows a death
-	crashes   []time.Time // unexpected deaths within RestartWindow
-	coolUntil time.Time
-	delay     *time.Timer // a backed-off start
+	restartNext bool        // the next start follows a death
+	crashes     []time.Time // unexpected deaths within RestartWindow
+	coolUntil   time.Time
+	delay       *time.Timer // a backed-off start
 
 	// Goroutines: start attempts, exit watchers and stops. Processes a
 	// start produced are in live until stopped, so Stopped can end even
