@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -28,32 +29,54 @@ type remoteClient struct {
 }
 
 func newRemoteClient(daemonAddr, listen string) (*remoteClient, error) {
+	return newRemoteClientTLS(daemonAddr, listen, nil)
+}
+
+// newRemoteClientTLS is newRemoteClient over mutual TLS when tlsConf is set.
+func newRemoteClientTLS(daemonAddr, listen string, tlsConf *tls.Config) (*remoteClient, error) {
 	if listen == "" {
 		var err error
 		if listen, err = freeLoopbackAddr(); err != nil {
 			return nil, err
 		}
 	}
-	rem := remote.New(listen, remote.NewConfig())
+	rc := remote.NewConfig()
+	if tlsConf != nil {
+		rc = rc.WithTLS(tlsConf)
+	}
+	rem := remote.New(listen, rc)
 	e, err := actor.NewEngine(actor.NewEngineConfig().WithRemote(rem))
 	if err != nil {
 		return nil, fmt.Errorf("starting the caller's remote on %s: %w", listen, err)
 	}
 	c := &remoteClient{engine: e, rem: rem, inbox: make(chan any, 1<<16), target: rootPID(daemonAddr)}
 	c.pid = e.Spawn(func() actor.Receiver { return c }, "caller", actor.WithID("cli"))
+	e.Subscribe(c.pid) // to learn that the daemon is unreachable
 	return c, nil
 }
+
+// errUnreachable reports a daemon the caller cannot reach.
+var errUnreachable = errors.New("the daemon is unreachable")
 
 // Receive decodes what the daemon sends; it never blocks (the inbox is
 // large, and a full one drops with a note rather than stalling the engine).
 func (c *remoteClient) Receive(ctx *actor.Context) {
-	switch ctx.Message().(type) {
-	case actor.Initialized, actor.Started, actor.Stopped:
-		return
-	}
-	m, err := messages.Unwrap(ctx.Message())
-	if err != nil {
-		m = err
+	var m any
+	switch msg := ctx.Message().(type) {
+	case actor.RemoteUnreachableEvent:
+		if msg.ListenAddr != c.target.Address {
+			return
+		}
+		m = fmt.Errorf("%w at %s", errUnreachable, msg.ListenAddr)
+	default:
+		_, known := messages.Name(msg)
+		if !known && !messages.IsEnvelope(msg) {
+			return // lifecycle messages and the engine's other events
+		}
+		var err error
+		if m, err = messages.Unwrap(msg); err != nil {
+			m = err
+		}
 	}
 	select {
 	case c.inbox <- m:
@@ -71,12 +94,14 @@ func (c *remoteClient) send(msg any) error {
 }
 
 func (c *remoteClient) close() {
+	c.engine.Unsubscribe(c.pid)
 	<-c.engine.Poison(c.pid).Done()
 	c.rem.Stop().Wait()
 }
 
 // roundOptions are the round command's flags.
 type roundOptions struct {
+	tls                        tlsOptions
 	addr, listen, user, thread string
 	json, autoApprove          bool
 	mcpURL, model, effort      string
@@ -100,7 +125,12 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.instructions, "developer-instructions", "", "developer instructions for the thread")
 	fs.StringVar(&o.roundID, "round-id", "", "round id (default: minted by the daemon)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up waiting for the verdict after this long")
+	o.tls.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	tlsConf, err := o.tls.config()
+	if err != nil {
 		return err
 	}
 	text := strings.Join(fs.Args(), " ")
@@ -111,7 +141,7 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if o.roundID == "" {
 		o.roundID = fmt.Sprintf("cli-%d", time.Now().UnixNano())
 	}
-	c, err := newRemoteClient(o.addr, o.listen)
+	c, err := newRemoteClientTLS(o.addr, o.listen, tlsConf)
 	if err != nil {
 		return err
 	}
@@ -157,6 +187,9 @@ func (c *remoteClient) awaitVerdict(ctx context.Context, o roundOptions, p *prin
 			case messages.Rejected:
 				return messages.RoundFinished{}, fmt.Errorf("the daemon rejected the request: %s", m.Reason)
 			case error:
+				if errors.Is(m, errUnreachable) {
+					return messages.RoundFinished{}, m
+				}
 				return messages.RoundFinished{}, fmt.Errorf("undecodable reply: %w", m)
 			}
 		case <-ctx.Done():
@@ -269,7 +302,13 @@ func controlCmd(ctx context.Context, what string, args []string, stdout, stderr 
 	thread := fs.String("thread", "", "mesh thread key (required)")
 	roundID := fs.String("round-id", "", "only this round")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the answer")
+	var to tlsOptions
+	to.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	tlsConf, err := to.config()
+	if err != nil {
 		return err
 	}
 	text := strings.Join(fs.Args(), " ")
@@ -277,7 +316,7 @@ func controlCmd(ctx context.Context, what string, args []string, stdout, stderr 
 		fmt.Fprintf(stderr, "supervisor %s: --user and --thread are required (and a message to steer with)\n", what)
 		return errUsage
 	}
-	c, err := newRemoteClient(*addr, *listen)
+	c, err := newRemoteClientTLS(*addr, *listen, tlsConf)
 	if err != nil {
 		return err
 	}
@@ -303,6 +342,8 @@ func controlCmd(ctx context.Context, what string, args []string, stdout, stderr 
 				return nil
 			case messages.Rejected:
 				return fmt.Errorf("the daemon rejected the request: %s", m.Reason)
+			case error:
+				return m
 			}
 		case <-ctx.Done():
 			return ctx.Err()

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"time"
 
@@ -63,6 +64,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	slog.SetDefault(log)
 	listen, err := freeLoopbackAddr()
 	if err != nil {
 		return err

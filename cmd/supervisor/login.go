@@ -17,6 +17,7 @@ import (
 type accountFlags struct {
 	addr, listen, user string
 	timeout            time.Duration
+	tls                tlsOptions
 }
 
 func (a *accountFlags) register(fs *flag.FlagSet, timeout time.Duration) {
@@ -24,6 +25,16 @@ func (a *accountFlags) register(fs *flag.FlagSet, timeout time.Duration) {
 	fs.StringVar(&a.listen, "listen", "", "`HOST:PORT` this caller listens on for answers (default: a free loopback port)")
 	fs.StringVar(&a.user, "user", "", "mesh user id (required)")
 	fs.DurationVar(&a.timeout, "timeout", timeout, "how long to wait for the daemon")
+	a.tls.register(fs)
+}
+
+// client connects to the daemon the flags name.
+func (a *accountFlags) client() (*remoteClient, error) {
+	conf, err := a.tls.config()
+	if err != nil {
+		return nil, err
+	}
+	return newRemoteClientTLS(a.addr, a.listen, conf)
 }
 
 // loginCmd runs a ChatGPT device-code login (or stores an API key read from
@@ -42,7 +53,7 @@ func loginCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintln(stderr, "supervisor login: --user is required")
 		return errUsage
 	}
-	c, err := newRemoteClient(af.addr, af.listen)
+	c, err := af.client()
 	if err != nil {
 		return err
 	}
@@ -61,7 +72,7 @@ func loginCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		m, err := c.await(ctx, af.timeout, func(m any) bool {
 			switch m.(type) {
-			case messages.APIKeyStored, messages.Rejected:
+			case messages.APIKeyStored, messages.Rejected, error:
 				return true
 			}
 			return false
@@ -69,8 +80,11 @@ func loginCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		if err != nil {
 			return err
 		}
-		if r, ok := m.(messages.Rejected); ok {
-			return fmt.Errorf("the daemon refused the key: %s", r.Reason)
+		switch m := m.(type) {
+		case messages.Rejected:
+			return fmt.Errorf("the daemon refused the key: %s", m.Reason)
+		case error:
+			return m
 		}
 		fmt.Fprintln(stdout, "API key stored for the user; codex uses it from the next round on.")
 		return nil
@@ -100,6 +114,8 @@ func loginCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 				return exitError{code: 1}
 			case messages.Rejected:
 				return fmt.Errorf("the daemon rejected the login: %s", m.Reason)
+			case error:
+				return m
 			}
 		case <-ctx.Done():
 			if cancelled {
@@ -130,7 +146,7 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 		fmt.Fprintf(stderr, "supervisor %s: --user is required\n", name)
 		return errUsage
 	}
-	c, err := newRemoteClient(af.addr, af.listen)
+	c, err := af.client()
 	if err != nil {
 		return err
 	}
@@ -149,7 +165,7 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 	}
 	m, err := c.await(ctx, af.timeout, func(m any) bool {
 		switch m.(type) {
-		case messages.LoggedOut, messages.ModelsResponse, messages.AccountResponse, messages.Rejected:
+		case messages.LoggedOut, messages.ModelsResponse, messages.AccountResponse, messages.Rejected, error:
 			return true
 		}
 		return false
@@ -158,6 +174,8 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 		return err
 	}
 	switch m := m.(type) {
+	case error:
+		return m
 	case messages.Rejected:
 		return fmt.Errorf("the daemon refused: %s", m.Reason)
 	case messages.LoggedOut:

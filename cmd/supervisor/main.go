@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -49,6 +50,11 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
+	}
+	// Callers print their own errors; hollywood's dial retries would only
+	// repeat them on stderr.
+	if args[0] != "serve" && args[0] != "demo" {
+		slog.SetDefault(slog.New(slog.DiscardHandler))
 	}
 	var err error
 	switch args[0] {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -32,6 +33,12 @@ type serveOptions struct {
 	callTimeout    time.Duration
 	queueLimit     int
 	allowPlaintext bool
+	metricsListen  string
+	idleTimeout    time.Duration
+	maxLive        int
+	stallTimeout   time.Duration
+	loginGrant     time.Duration
+	tls            tlsOptions
 }
 
 func serveFlags(fs *flag.FlagSet) *serveOptions {
@@ -50,6 +57,12 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.DurationVar(&o.callTimeout, "call-timeout", 60*time.Second, "deadline of every call to an app-server")
 	fs.IntVar(&o.queueLimit, "queue-limit", 4, "rounds that may wait behind a running one on the same mesh thread")
 	fs.BoolVar(&o.allowPlaintext, "allow-plaintext", false, "allow a plaintext remote listener on a non-loopback address")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "127.0.0.1:4101", "`HOST:PORT` serving /metrics, /healthz and /readyz (empty: off)")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 10*time.Minute, "stop a user's app-server after this long without use")
+	fs.IntVar(&o.maxLive, "max-live", 64, "most app-servers alive on this node; past it the least recently used idle one stops")
+	fs.DurationVar(&o.stallTimeout, "stall-timeout", 10*time.Minute, "interrupt a turn that made no progress for this long")
+	fs.DurationVar(&o.loginGrant, "login-grant", 15*time.Minute, "cancel a device-code login not approved within this long")
+	o.tls.register(fs)
 	return o
 }
 
@@ -63,7 +76,7 @@ func (o *serveOptions) validate() error {
 	} else if fi, err := os.Stat(o.workspace); err != nil || !fi.IsDir() {
 		errs = append(errs, fmt.Errorf("--workspace %s is not a directory", o.workspace))
 	}
-	if !isLoopback(o.listen) && !o.allowPlaintext {
+	if !isLoopback(o.listen) && !o.allowPlaintext && !o.tls.enabled() {
 		errs = append(errs, fmt.Errorf("--listen %s is not loopback: plaintext there needs --allow-plaintext", o.listen))
 	}
 	for _, kv := range append(append([]string{}, o.overrides...), o.codexEnv...) {
@@ -81,8 +94,12 @@ func (o *serveOptions) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--approval-policy %q is not a policy", o.approval))
 	}
-	if o.stopTimeout <= 0 || o.callTimeout <= 0 || o.queueLimit <= 0 {
-		errs = append(errs, errors.New("timeouts and the queue limit must be positive"))
+	if o.stopTimeout <= 0 || o.callTimeout <= 0 || o.queueLimit <= 0 || o.idleTimeout <= 0 ||
+		o.maxLive <= 0 || o.stallTimeout <= 0 || o.loginGrant <= 0 {
+		errs = append(errs, errors.New("timeouts, --queue-limit and --max-live must be positive"))
+	}
+	if _, err := o.tls.config(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -102,6 +119,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	slog.SetDefault(log) // hollywood logs through the default logger too
 	bin, err := codexrpc.ResolveBinary(o.codex)
 	if err != nil {
 		return err
@@ -111,18 +129,40 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if n := actors.ReapOrphans(o.homes, 2*time.Second, log); n > 0 {
 		log.Warn("ended app-servers left by a previous instance", "count", n)
 	}
-	d, err := startDaemon(o.listen, nil, actors.Config{
+	tlsConf, err := o.tls.config()
+	if err != nil {
+		return err
+	}
+	reg := newRegistry()
+	d, err := startDaemon(o.listen, tlsConf, actors.Config{
 		Homes: o.homes, Workspace: o.workspace, CodexBin: bin,
 		Overrides: o.overrides, CodexEnv: o.codexEnv,
 		Sandbox: o.sandbox, ApprovalPolicy: o.approval,
-		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit, Logger: log,
+		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit,
+		IdleTimeout: o.idleTimeout, MaxLive: o.maxLive, StallTimeout: o.stallTimeout,
+		LoginGrant: o.loginGrant, Logger: log, Metrics: actors.NewMetrics(reg),
 	})
 	if err != nil {
 		return err
 	}
-	log.Info("supervisor serving", "listen", o.listen, "codex", bin, "homes", o.homes)
+	log.Info("supervisor serving", "listen", o.listen, "tls", tlsConf != nil, "codex", bin, "homes", o.homes)
 
 	var g run.Group
+	if o.metricsListen != "" { // Metrics and health: first up, last down.
+		ops, err := startOps(o.metricsListen, reg, log)
+		if err != nil {
+			_ = d.stop(o.stopTimeout)
+			return err
+		}
+		ops.ready.Store(true)
+		log.Info("metrics serving", "listen", ops.Addr())
+		quit := make(chan struct{})
+		g.Add(func() error { <-quit; return nil }, func(error) {
+			ops.ready.Store(false) // not ready while draining
+			close(quit)
+		})
+		defer ops.stop()
+	}
 	{ // Signals arrive as the end of ctx.
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { <-ctx.Done(); return nil }, func(error) { cancel() })

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// tlsOptions are the remote link's mutual-TLS files. The same
+// configuration serves the listener and the daemon's own dials to its
+// callers (hollywood uses one for both), so it holds the node's certificate
+// for both roles and the CA that signs every peer.
+type tlsOptions struct {
+	cert, key, ca string
+}
+
+func (t *tlsOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.cert, "tls-cert", "", "PEM certificate `FILE` of this node (mutual TLS on the remote link)")
+	fs.StringVar(&t.key, "tls-key", "", "PEM private key `FILE` of -tls-cert")
+	fs.StringVar(&t.ca, "tls-ca", "", "PEM `FILE` of the CA that signs every peer's certificate")
+}
+
+func (t *tlsOptions) enabled() bool { return t.cert != "" || t.key != "" || t.ca != "" }
+
+// config loads the files; nil, nil when TLS is off.
+func (t *tlsOptions) config() (*tls.Config, error) {
+	if !t.enabled() {
+		return nil, nil
+	}
+	if t.cert == "" || t.key == "" || t.ca == "" {
+		return nil, errors.New("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
+	}
+	cert, err := tls.LoadX509KeyPair(t.cert, t.key)
+	if err != nil {
+		return nil, fmt.Errorf("loading the TLS key pair: %w", err)
+	}
+	pem, err := os.ReadFile(t.ca)
+	if err != nil {
+		return nil, fmt.Errorf("reading the TLS CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", t.ca)
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientCAs:    pool,
+		RootCAs:      pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS13,
+	}, nil
+}
+
+// opsServer serves /metrics, /healthz and /readyz.
+type opsServer struct {
+	srv   *http.Server
+	ln    net.Listener
+	ready atomic.Bool
+	done  chan struct{}
+}
+
+// newRegistry is the daemon's Prometheus registry: its own collectors plus
+// the Go runtime's and the process's.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+func startOps(addr string, reg *prometheus.Registry, log *slog.Logger) (*opsServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	o := &opsServer{ln: ln, done: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !o.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	o.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		defer close(o.done)
+		if err := o.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	return o, nil
+}
+
+func (o *opsServer) Addr() string { return o.ln.Addr().String() }
+
+func (o *opsServer) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = o.srv.Shutdown(ctx)
+	<-o.done
+}
