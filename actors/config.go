@@ -73,7 +73,8 @@ type Config struct {
 	// Metrics receives the counters (unregistered ones when nil).
 	Metrics *Metrics
 
-	live *liveSet // the node's live app-servers, for the MaxLive cap
+	live   *liveSet // the node's live app-servers, for the MaxLive cap
+	rounds *gate    // rounds admitted and not yet given a verdict
 }
 
 func (c *Config) setDefaults() error {
@@ -157,6 +158,7 @@ func (c *Config) setDefaults() error {
 		c.Metrics = NewMetrics(nil)
 	}
 	c.live = newLiveSet()
+	c.rounds = &gate{}
 	gauge := c.Metrics.LiveAppServers
 	c.live.onCount = func(n int) { gauge.Set(float64(n)) }
 	return nil

@@ -24,8 +24,9 @@ const (
 // a sender, and a log line always), and routes each message to its user's
 // actor, spawning that on the user's first message.
 type rootActor struct {
-	cfg *Config
-	log *slog.Logger
+	cfg      *Config
+	log      *slog.Logger
+	draining bool
 }
 
 // NewRoot returns the producer of the root actor. Spawn it with
@@ -53,8 +54,13 @@ func SpawnRoot(e *actor.Engine, cfg Config) (*actor.PID, error) {
 }
 
 func (r *rootActor) Receive(c *actor.Context) {
-	switch c.Message().(type) {
+	switch m := c.Message().(type) {
 	case actor.Initialized, actor.Started, actor.Stopped:
+		return
+	case drainRequest:
+		r.draining = true
+		r.log.Info("draining: no new rounds are admitted")
+		m.reply <- r.cfg.rounds.idle()
 		return
 	}
 	msg, err := messages.Unwrap(c.Message())
@@ -136,6 +142,13 @@ func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 		}, r.log)
 		return
 	}
+	if r.draining {
+		deliver(c.Engine(), replyTo, messages.RoundFinished{
+			RoundID: m.RoundID, Thread: m.Thread, Status: messages.StatusUnavailable,
+			Error: "the daemon is shutting down",
+		}, r.log)
+		return
+	}
 	user, err := r.user(c, m.User)
 	if err != nil {
 		deliver(c.Engine(), replyTo, messages.RoundFinished{
@@ -143,6 +156,7 @@ func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 		}, r.log)
 		return
 	}
+	r.cfg.rounds.enter() // left when the round's verdict is sent
 	c.Send(user, roundRequest{StartRound: m, replyTo: replyTo})
 }
 

@@ -263,6 +263,7 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		return
 	}
 	r.done = true
+	defer r.cfg.rounds.leave()
 	r.ticker.Stop()
 	r.cfg.Metrics.Rounds.WithLabelValues(string(status)).Inc()
 	r.cfg.Metrics.RoundDuration.Observe(time.Since(r.startedAt).Seconds())

@@ -52,7 +52,18 @@ func (u *userActor) Receive(c *actor.Context) {
 		u.login = c.SpawnChild(newLoginActor(u.cfg, u.user, u.codex, creds), "login", spawnOpts("main", u.log, nil)...)
 		u.registry = c.SpawnChild(newRegistryActor(u.cfg, u.user, u.home), "registry", spawnOpts("main", u.log, nil)...)
 	case actor.Stopped:
-		// hollywood poisons the children and waits for each.
+		// hollywood has stopped the children (each running round sent its
+		// verdict); the queued rounds get theirs here.
+		for _, ts := range u.threads {
+			for _, req := range ts.queue {
+				deliver(c.Engine(), req.replyTo, messages.RoundFinished{
+					RoundID: req.RoundID, Thread: req.Thread, Status: messages.StatusInterrupted,
+					Error: "the daemon is stopping",
+				}, u.log)
+				u.cfg.rounds.leave()
+			}
+			ts.queue = nil
+		}
 		u.cfg.Metrics.Users.Dec()
 	case roundRequest:
 		u.admit(c, m)
@@ -83,6 +94,7 @@ func (u *userActor) admit(c *actor.Context, req roundRequest) {
 			RoundID: req.RoundID, Thread: req.Thread, Status: messages.StatusBusy,
 			Error: fmt.Sprintf("%d rounds already wait on this mesh thread", len(ts.queue)),
 		}, u.log)
+		u.cfg.rounds.leave()
 		return
 	}
 	ts.queue = append(ts.queue, req)

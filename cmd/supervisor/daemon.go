@@ -42,11 +42,19 @@ func startDaemon(listen string, tlsConf *tls.Config, cfg actors.Config) (*daemon
 	return &daemon{engine: e, rem: rem, root: root, log: cfg.Logger}, nil
 }
 
-// stop poisons the tree (every round gets its verdict, every app-server is
-// stopped), then closes the listener. The tree goes first: replies of the
-// last rounds still need the remote.
+// stop drains, then stops: for two thirds of timeout no new round is
+// admitted while the ones in flight finish; then the tree is poisoned, which
+// interrupts what still runs (every round still gets its verdict) and stops
+// every app-server. The listener closes last: the last verdicts still need
+// the remote.
 func (d *daemon) stop(timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	start := time.Now()
+	drainCtx, cancel := context.WithTimeout(context.Background(), timeout*2/3)
+	if err := actors.Drain(drainCtx, d.engine, d.root); err != nil {
+		d.log.Warn("rounds still running at the drain deadline; interrupting them", "after", time.Since(start).Round(time.Millisecond))
+	}
+	cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout-time.Since(start))
 	defer cancel()
 	<-d.engine.PoisonCtx(ctx, d.root).Done()
 	err := ctx.Err()
