@@ -193,8 +193,25 @@ func (a *codexActor) acquire(m acquireClient) {
 	}
 	a.touch()
 	if a.client != nil {
-		m.reply <- clientReady{client: a.client, gen: a.gen}
-		return
+		if _, err := os.Stat(a.home); err != nil {
+			// The home was removed under the running CLI (a recreated
+			// volume): start afresh, which recreates it and writes the
+			// stored key again.
+			a.log.Warn("the codex home disappeared; restarting the app-server", "err", err)
+			a.evict("its home was removed")
+		} else if a.needsKey() {
+			client, gen := a.client, a.gen
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				a.writeAPIKey(client, false)
+				m.reply <- clientReady{client: client, gen: gen}
+			}()
+			return
+		} else {
+			m.reply <- clientReady{client: a.client, gen: a.gen}
+			return
+		}
 	}
 	if now := time.Now(); now.Before(a.coolUntil) {
 		m.reply <- clientReady{err: fmt.Errorf("%w: it died %d times within %v; cooling down until %s",
@@ -478,6 +495,15 @@ func (a *codexActor) stopProc(p *codexrpc.Process) {
 	if err := p.Stop(ctx); err != nil {
 		a.log.Warn("stopping codex app-server", "pid", p.PID(), "err", err)
 	}
+}
+
+// needsKey reports a stored API key that the home does not hold.
+func (a *codexActor) needsKey() bool {
+	if _, err := os.Stat(filepath.Join(a.home, "auth.json")); err == nil {
+		return false
+	}
+	_, ok, err := a.creds.APIKey()
+	return err == nil && ok
 }
 
 // writeAPIKey writes the user's stored API key into the home through the
