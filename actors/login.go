@@ -29,6 +29,7 @@ type loginActor struct {
 	self   *actor.PID
 
 	session *loginSession
+	seq     uint64 // start attempts made
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -36,6 +37,7 @@ type loginActor struct {
 
 // loginSession is a device-code login in progress.
 type loginSession struct {
+	seq        uint64 // the start attempt that belongs to this session
 	requesters []*actor.PID
 	challenge  *messages.LoginChallenge // nil until the CLI answered
 	client     *codexrpc.Client
@@ -44,10 +46,14 @@ type loginSession struct {
 
 // Messages the login actor sends itself.
 type loginStarted struct {
+	seq       uint64
 	challenge messages.LoginChallenge
 	client    *codexrpc.Client
 }
-type loginStartFailed struct{ err error }
+type loginStartFailed struct {
+	seq uint64
+	err error
+}
 type loginExpired struct{ loginID string }
 
 func newLoginActor(cfg *Config, user string, codex *actor.PID, creds *store.Credentials) actor.Producer {
@@ -73,7 +79,7 @@ func (a *loginActor) Receive(c *actor.Context) {
 	case loginStarted:
 		a.started(m)
 	case loginStartFailed:
-		if a.session != nil && a.session.challenge == nil {
+		if a.session != nil && a.session.seq == m.seq && a.session.challenge == nil {
 			a.finish(false, m.err.Error())
 		}
 	case accountNote:
@@ -137,18 +143,20 @@ func (a *loginActor) startLogin(requester *actor.PID) {
 		}
 		return
 	}
-	a.session = &loginSession{requesters: []*actor.PID{requester}}
+	a.seq++
+	seq := a.seq
+	a.session = &loginSession{seq: seq, requesters: []*actor.PID{requester}}
 	a.goCall(true, func(ctx context.Context, client *codexrpc.Client, err error) {
 		if err != nil {
-			a.engine.Send(a.self, loginStartFailed{err: fmt.Errorf("codex app-server unavailable: %w", err)})
+			a.engine.Send(a.self, loginStartFailed{seq: seq, err: fmt.Errorf("codex app-server unavailable: %w", err)})
 			return
 		}
 		res, err := client.LoginStart(ctx, codexrpc.LoginStartParams{Type: codexrpc.LoginDeviceCode})
 		if err != nil {
-			a.engine.Send(a.self, loginStartFailed{err: fmt.Errorf("starting the device-code login: %w", err)})
+			a.engine.Send(a.self, loginStartFailed{seq: seq, err: fmt.Errorf("starting the device-code login: %w", err)})
 			return
 		}
-		a.engine.Send(a.self, loginStarted{client: client, challenge: messages.LoginChallenge{
+		a.engine.Send(a.self, loginStarted{seq: seq, client: client, challenge: messages.LoginChallenge{
 			User: a.user, LoginID: res.LoginID, VerificationURL: res.VerificationURL, UserCode: res.UserCode,
 			ExpiresAtUnixMilli: time.Now().Add(a.cfg.LoginGrant).UnixMilli(),
 		}})
@@ -157,8 +165,10 @@ func (a *loginActor) startLogin(requester *actor.PID) {
 
 func (a *loginActor) started(m loginStarted) {
 	s := a.session
-	if s == nil || s.challenge != nil {
-		a.cancelCall(m.client, m.challenge.LoginID) // nobody waits for it any more
+	if s == nil || s.seq != m.seq || s.challenge != nil {
+		// The start of a session that has ended: nobody waits for it. (A
+		// newer start, if any, has replaced it in the CLI already.)
+		a.cancelCall(m.client, m.challenge.LoginID)
 		return
 	}
 	s.challenge, s.client = &m.challenge, m.client
