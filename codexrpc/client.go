@@ -2,6 +2,7 @@ package codexrpc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 )
 
@@ -109,7 +110,8 @@ func (c *Client) LoginCancel(ctx context.Context, loginID string) (string, error
 	return res.Status, err
 }
 
-// Logout removes the home's login.
+// Logout removes the home's login. The method takes no params: the schema
+// wants "params":null (the CLI accepts {} too, but the schema does not).
 func (c *Client) Logout(ctx context.Context) error {
-	return c.Conn.Call(ctx, MethodLogout, struct{}{}, nil)
+	return c.Conn.Call(ctx, MethodLogout, json.RawMessage("null"), nil)
 }

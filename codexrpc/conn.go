@@ -170,6 +170,15 @@ func (c *Conn) callOnce(ctx context.Context, method string, params json.RawMessa
 
 	if err := c.write(outRequest{ID: id, Method: method, Params: params}); err != nil {
 		c.forget(id)
+		// A write fails when the process is gone; the reader is then about
+		// to report why (bounded by OnEOF), and that report is the answer.
+		t := time.NewTimer(5 * time.Second)
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 		c.mu.Lock()
 		uerr := c.unusableLocked(method)
 		c.mu.Unlock()

@@ -286,12 +286,14 @@ func tailBytes(lines []string) int {
 func (p *Process) exitCause() error {
 	t := time.NewTimer(p.cfg.ExitDrain)
 	defer t.Stop()
+	// One timer bounds both waits: once it has fired, its channel stays
+	// empty, so the second wait must not select on it again.
 	select {
 	case <-p.exited:
-	case <-t.C:
-	}
-	select {
-	case <-p.stderrDone:
+		select {
+		case <-p.stderrDone:
+		case <-t.C:
+		}
 	case <-t.C:
 	}
 	return &ExitError{Exit: p.ExitStatus(), Stderr: p.StderrTail()}
@@ -361,16 +363,20 @@ func (p *Process) Kill(ctx context.Context) error {
 func (p *Process) release(ctx context.Context) error {
 	drain := time.NewTimer(p.cfg.ExitDrain)
 	defer drain.Stop()
+	drained := false // the timer fired; its channel will not fire again
 	select {
 	case <-p.conn.Done():
 	case <-drain.C:
+		drained = true
 	case <-ctx.Done():
 	}
 	closeAll(p.stdoutR)
-	select {
-	case <-p.stderrDone:
-	case <-drain.C:
-	case <-ctx.Done():
+	if !drained {
+		select {
+		case <-p.stderrDone:
+		case <-drain.C:
+		case <-ctx.Done():
+		}
 	}
 	closeAll(p.stderrR)
 	<-p.stderrDone
