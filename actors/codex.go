@@ -60,7 +60,7 @@ type codexActor struct {
 	proc     *codexrpc.Process
 	client   *codexrpc.Client
 	starting bool
-	waiters  []chan clientReady // acquireClient requesters waiting for the start
+	waiters  []acquireClient // requesters waiting for the start
 	subs     map[string]subscribe
 	early    map[string][]*codexrpc.Notification
 	nEarly   int
@@ -68,6 +68,7 @@ type codexActor struct {
 	creds    *store.Credentials
 	redact   *codexrpc.Redactor
 
+	leases      int // clients handed out and not yet subscribed or released
 	lastUse     time.Time
 	restartNext bool        // the next start follows a death
 	crashes     []time.Time // unexpected deaths within RestartWindow
@@ -128,7 +129,22 @@ func (a *codexActor) Receive(c *actor.Context) {
 		}
 	case codexServerRequest:
 		m.reply <- a.answer(m)
+	case releaseClient:
+		if m.gen == a.gen && a.leases > 0 {
+			a.leases--
+		}
+		a.touch()
+		a.holdCap()
 	case subscribe:
+		if m.gen == a.gen && a.leases > 0 {
+			a.leases--
+		}
+		if m.gen != a.gen || a.proc == nil {
+			// That process is gone (the round has heard, or will hear, of
+			// it); a stale entry would keep the next one from ever idling.
+			c.Send(m.round, codexLost{err: errors.New("the codex app-server restarted while the round was starting")})
+			return
+		}
 		a.subs[m.threadID] = m
 		for _, n := range a.early[m.threadID] {
 			c.Send(m.round, roundNote{note: n})
@@ -141,11 +157,13 @@ func (a *codexActor) Receive(c *actor.Context) {
 			delete(a.subs, m.threadID)
 		}
 		a.touch()
+		a.holdCap()
 	case unpinClient:
 		if a.pinned != nil && a.pinned.Equals(m.pin) {
 			a.pinned = nil
 		}
 		a.touch()
+		a.holdCap()
 	case applyAPIKey:
 		if a.client != nil {
 			client := a.client
@@ -156,9 +174,13 @@ func (a *codexActor) Receive(c *actor.Context) {
 			}()
 		}
 	case tick:
-		if a.idle() && time.Since(a.lastUse) >= a.cfg.IdleTimeout {
+		switch {
+		case !a.idle():
+		case time.Since(a.lastUse) >= a.cfg.IdleTimeout:
 			a.cfg.Metrics.Evictions.WithLabelValues("idle").Inc()
 			a.evict("idle for " + a.cfg.IdleTimeout.String())
+		default:
+			a.holdCap()
 		}
 	case evictNow:
 		if a.idle() {
@@ -176,7 +198,24 @@ func tickInterval(idle time.Duration) time.Duration {
 
 // idle reports a live process that serves no round and no login.
 func (a *codexActor) idle() bool {
-	return a.proc != nil && len(a.subs) == 0 && a.pinned == nil
+	return a.proc != nil && len(a.subs) == 0 && a.pinned == nil && a.leases == 0
+}
+
+// holdCap stops this app-server when it is idle and among those the node
+// must shed to be back under MaxLive: a start sheds what it can, but a pin
+// or a round that ends later leaves the node over the cap until someone
+// idle checks again (on unpin, unsubscribe, release and every tick).
+func (a *codexActor) holdCap() {
+	if !a.idle() {
+		return
+	}
+	for _, v := range a.cfg.live.victims(nil, a.cfg.MaxLive) {
+		if v.Equals(a.self) {
+			a.cfg.Metrics.Evictions.WithLabelValues("cap").Inc()
+			a.evict("the node is over its cap of live app-servers")
+			return
+		}
+	}
 }
 
 // touch records a use, for idle eviction and the node's LRU choice.
@@ -188,6 +227,7 @@ func (a *codexActor) touch() {
 }
 
 func (a *codexActor) acquire(m acquireClient) {
+	a.redact.Add(m.secrets...)
 	if m.pin != nil {
 		a.pinned = m.pin
 	}
@@ -200,6 +240,10 @@ func (a *codexActor) acquire(m acquireClient) {
 			a.log.Warn("the codex home disappeared; restarting the app-server", "err", err)
 			a.evict("its home was removed")
 		} else if a.needsKey() {
+			if m.lease {
+				a.leases++
+				a.touch()
+			}
 			client, gen := a.client, a.gen
 			a.wg.Add(1)
 			go func() {
@@ -209,6 +253,10 @@ func (a *codexActor) acquire(m acquireClient) {
 			}()
 			return
 		} else {
+			if m.lease {
+				a.leases++
+				a.touch()
+			}
 			m.reply <- clientReady{client: a.client, gen: a.gen}
 			return
 		}
@@ -218,7 +266,7 @@ func (a *codexActor) acquire(m acquireClient) {
 			ErrUnavailable, a.cfg.RestartLimit, a.cfg.RestartWindow, a.coolUntil.Format(time.TimeOnly))}
 		return
 	}
-	a.waiters = append(a.waiters, m.reply)
+	a.waiters = append(a.waiters, m)
 	if !a.starting {
 		a.start()
 	}
@@ -263,7 +311,11 @@ func (a *codexActor) backoff() time.Duration {
 
 func (a *codexActor) answerWaiters(r clientReady) {
 	for _, w := range a.waiters {
-		w <- r
+		if w.lease && r.client != nil {
+			a.leases++
+			a.touch()
+		}
+		w.reply <- r
 	}
 	a.waiters = nil
 }
@@ -318,6 +370,11 @@ func (a *codexActor) launch() {
 		},
 	}
 	record := filepath.Join(a.home, "meshweaver", ProcRecordName)
+	// The stored API key is redacted from everything the process says,
+	// before it can say anything.
+	if key, ok, err := a.creds.APIKey(); err == nil && ok {
+		a.redact.Add(key)
+	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -391,7 +448,7 @@ func (a *codexActor) started(m codexStarted) {
 	a.log.Info("codex app-server ready", "pid", m.proc.PID(), "version", m.client.Version.String())
 	a.touch()
 	a.answerWaiters(clientReady{client: m.client, gen: m.gen})
-	if v := a.cfg.live.victim(a.self, a.cfg.MaxLive); v != nil {
+	for _, v := range a.cfg.live.victims(a.self, a.cfg.MaxLive) {
 		a.engine.Send(v, evictNow{})
 	}
 }
@@ -421,6 +478,7 @@ func (a *codexActor) exited(m codexExited) {
 	a.early = make(map[string][]*codexrpc.Notification)
 	a.nEarly = 0
 	a.proc, a.client = nil, nil
+	a.leases = 0
 	a.cfg.live.remove(a.self)
 	a.answerWaiters(clientReady{err: err})
 }
@@ -432,6 +490,7 @@ func (a *codexActor) evict(why string) {
 	p := a.proc
 	a.gen++
 	a.proc, a.client = nil, nil
+	a.leases = 0
 	a.early = make(map[string][]*codexrpc.Notification)
 	a.nEarly = 0
 	a.cfg.live.remove(a.self)

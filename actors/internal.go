@@ -20,11 +20,29 @@ type roundRequest struct {
 // Request cannot do.
 
 // acquireClient asks the codex actor for a ready client.
+// A round's or a login call's acquire takes a lease: the process is not
+// idle (not evicted) until the lease is given back by subscribe or
+// releaseClient.
 type acquireClient struct {
+	lease bool
 	// pin keeps the process for a login session: account notifications and
 	// the process's death go to pin until unpinClient.
 	pin   *actor.PID
 	reply chan clientReady // buffered 1
+	// secrets the process may be handed (an MCP bearer token): redacted
+	// from its stderr from now on.
+	secrets []string
+}
+
+// releaseClient gives back a lease taken on the process of generation gen.
+type releaseClient struct{ gen uint64 }
+
+// threadOpened tells a round which codex thread it runs in, before any of
+// the thread's notifications can reach it.
+type threadOpened struct {
+	threadID string
+	resumed  bool
+	fellBack bool
 }
 
 // unpinClient ends a pin.
@@ -83,6 +101,7 @@ type serverAnswer struct {
 
 // subscribe routes a thread's notifications to a round.
 type subscribe struct {
+	gen         uint64 // the process the round's calls go to
 	threadID    string
 	round       *actor.PID
 	autoApprove bool
@@ -120,10 +139,7 @@ type appendTurns struct {
 
 // Round actor messages.
 type turnStarted struct {
-	threadID string
-	turnID   string
-	resumed  bool
-	fellBack bool
+	turnID string
 }
 type driverFailed struct {
 	status messages.VerdictStatus

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"sort"
 	"sync"
 	"time"
 
@@ -51,25 +52,25 @@ func (l *liveSet) Len() int {
 	return len(l.m)
 }
 
-// victim picks the least recently used idle app-server other than self
-// when more than max are live, or nil.
-func (l *liveSet) victim(self *actor.PID, max int) *actor.PID {
+// victims picks the least recently used idle app-servers other than self,
+// as many as the node is over max (none when it is not).
+func (l *liveSet) victims(self *actor.PID, max int) []*actor.PID {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.m) <= max {
+	over := len(l.m) - max
+	if over <= 0 {
 		return nil
 	}
-	var best *liveEntry
+	var idle []*liveEntry
 	for _, e := range l.m {
-		if e.busy || e.pid.Equals(self) {
-			continue
-		}
-		if best == nil || e.lastUse.Before(best.lastUse) {
-			best = e
+		if !e.busy && (self == nil || !e.pid.Equals(self)) {
+			idle = append(idle, e)
 		}
 	}
-	if best == nil {
-		return nil
+	sort.Slice(idle, func(i, j int) bool { return idle[i].lastUse.Before(idle[j].lastUse) })
+	var out []*actor.PID
+	for _, e := range idle[:min(over, len(idle))] {
+		out = append(out, e.pid)
 	}
-	return best.pid
+	return out
 }

@@ -28,11 +28,12 @@ type loginActor struct {
 	engine *actor.Engine
 	self   *actor.PID
 
-	session *loginSession
-	seq     uint64 // start attempts made
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	session  *loginSession
+	seq      uint64 // start attempts made
+	inflight uint64 // the start attempt awaiting the CLI's answer, if any
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // loginSession is a device-code login in progress.
@@ -77,8 +78,14 @@ func (a *loginActor) Receive(c *actor.Context) {
 	case messages.StartLogin:
 		a.startLogin(c.Sender())
 	case loginStarted:
+		if a.inflight == m.seq {
+			a.inflight = 0
+		}
 		a.started(m)
 	case loginStartFailed:
+		if a.inflight == m.seq {
+			a.inflight = 0
+		}
 		if a.session != nil && a.session.seq == m.seq && a.session.challenge == nil {
 			a.finish(false, m.err.Error())
 		}
@@ -123,11 +130,14 @@ func (a *loginActor) goCall(pin bool, f func(ctx context.Context, client *codexr
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		ready, err := ask(a.ctx, a.cfg.CallTimeout, a.engine, a.codex, func(ch chan clientReady) any {
-			return acquireClient{pin: pinPID, reply: ch}
+		ready, err := ask(a.ctx, 2*a.cfg.CallTimeout+a.cfg.RestartBackoffMax, a.engine, a.codex, func(ch chan clientReady) any {
+			return acquireClient{lease: true, pin: pinPID, reply: ch}
 		})
 		if err == nil {
 			err = ready.err
+		}
+		if err == nil {
+			defer a.engine.Send(a.codex, releaseClient{gen: ready.gen})
 		}
 		ctx, cancel := context.WithTimeout(a.ctx, a.cfg.CallTimeout)
 		defer cancel()
@@ -143,8 +153,17 @@ func (a *loginActor) startLogin(requester *actor.PID) {
 		}
 		return
 	}
+	if a.inflight != 0 {
+		// The CLI holds one login per process, and each start replaces the
+		// one before: a second start while one is on its way could be
+		// overtaken by it. The new session adopts the start in flight.
+		a.session = &loginSession{seq: a.inflight, requesters: []*actor.PID{requester}}
+		a.engine.Send(a.codex, acquireClient{pin: a.self, reply: make(chan clientReady, 1)})
+		return
+	}
 	a.seq++
 	seq := a.seq
+	a.inflight = seq
 	a.session = &loginSession{seq: seq, requesters: []*actor.PID{requester}}
 	a.goCall(true, func(ctx context.Context, client *codexrpc.Client, err error) {
 		if err != nil {

@@ -26,6 +26,7 @@ type turnEnd struct {
 type mapper struct {
 	streamed map[string]bool
 	answer   strings.Builder
+	turnID   string // from turn/started: the round's own turn
 }
 
 func newMapper() *mapper { return &mapper{streamed: make(map[string]bool)} }
@@ -65,9 +66,17 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 			return nil, nil
 		}
 		return m.itemCompleted(&in.Item), nil
+	case codexrpc.NoteTurnStarted:
+		var t codexrpc.TurnNotification
+		if json.Unmarshal(n.Params, &t) == nil {
+			m.turnID = t.Turn.ID
+		}
+		return nil, nil
 	case codexrpc.NoteTokenUsage:
 		var u codexrpc.TokenUsageNotification
-		if json.Unmarshal(n.Params, &u) != nil {
+		// Only the round's own turn: a resume re-sends the usage of the
+		// thread's previous turn, which an earlier round already reported.
+		if json.Unmarshal(n.Params, &u) != nil || m.turnID == "" || u.TurnID != m.turnID {
 			return nil, nil
 		}
 		// The last request only: the thread total would count twice.

@@ -42,6 +42,18 @@ func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, que
 		}
 		return ans, "Codex asks: " + strings.Join(qs, " "), nil
 	case codexrpc.ReqElicitation:
+		// The CLI asks for MCP tool-call approvals through an elicitation
+		// marked in _meta; that is an approval like any other. A real MCP
+		// server's elicitation asks the user for data: declined.
+		var p struct {
+			Meta struct {
+				Kind string `json:"codex_approval_kind"`
+			} `json:"_meta"`
+		}
+		_ = json.Unmarshal(r.Params, &p)
+		if autoApprove && p.Meta.Kind == "mcp_tool_call" {
+			return codexrpc.ElicitationAnswer{Action: "accept", Content: json.RawMessage(`{}`)}, "", nil
+		}
 		return codexrpc.ElicitationAnswer{Action: "decline"}, "", nil
 	}
 	return nil, "", &codexrpc.WireError{Code: codexrpc.CodeMethodNotFound, Message: "method not found: " + r.Method}

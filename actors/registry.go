@@ -3,6 +3,8 @@ package actors
 import (
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"github.com/anthdm/hollywood/actor"
 	"github.com/meshweaver/supervisor/store"
@@ -30,6 +32,8 @@ func newRegistryActor(cfg *Config, user, home string) actor.Producer {
 
 func (a *registryActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
+	case actor.Started:
+		a.removeStaleTemps()
 	case lookupThread:
 		m.reply <- a.lookup(m.key)
 	case recordThread:
@@ -43,6 +47,20 @@ func (a *registryActor) Receive(c *actor.Context) {
 	case appendTurns:
 		if err := a.journal.Append(m.key, m.turns...); err != nil {
 			a.log.Error("appending to the journal", "thread", store.KeyPrefix(m.key), "err", err)
+		}
+	}
+}
+
+// removeStaleTemps deletes the temporary files of writes a killed daemon
+// cut short; this actor is the only writer of these folders, so none is
+// in use. The files they were meant to replace are intact.
+func (a *registryActor) removeStaleTemps() {
+	for _, dir := range []string{filepath.Dir(a.reg.Path("x")), filepath.Dir(a.journal.Path("x"))} {
+		stale, _ := filepath.Glob(filepath.Join(dir, ".*.tmp*"))
+		for _, f := range stale {
+			if err := os.Remove(f); err == nil {
+				a.log.Info("removed the temporary file of an interrupted write", "file", filepath.Base(f))
+			}
 		}
 	}
 }

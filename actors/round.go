@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/anthdm/hollywood/actor"
 	"github.com/meshweaver/supervisor/codexrpc"
@@ -50,6 +51,9 @@ type roundActor struct {
 	lastProgress time.Time
 	stalledAt    time.Time // when a stalled turn was interrupted
 	callerGone   bool
+	turnBegun    bool // the CLI accepted the turn: the message is in the thread
+	overflowed   bool // the outbox passed its limit: the round is being interrupted
+	dropped      int  // events dropped after the overflow
 	startedAt    time.Time
 	firstDelta   bool
 
@@ -78,6 +82,9 @@ func newRoundActor(cfg *Config, req roundRequest, id string, codex, registry *ac
 // fails: the guard has contained the panic; the round must still end once.
 func roundPanicked(c *actor.Context, v any) {
 	if r, ok := c.Receiver().(*roundActor); ok && !r.done {
+		if r.turnID != "" {
+			r.interruptTurn(nil) // the turn must not run on without its round
+		}
 		r.finish(messages.StatusFailed, fmt.Sprintf("internal error in the daemon: %v", v), "")
 	}
 }
@@ -116,8 +123,10 @@ func (r *roundActor) Receive(c *actor.Context) {
 		}
 	case clientReady:
 		r.client = m.client
+	case threadOpened:
+		r.threadID, r.resumed, r.fellBack = m.threadID, m.resumed, m.fellBack
 	case turnStarted:
-		r.threadID, r.turnID, r.resumed, r.fellBack = m.threadID, m.turnID, m.resumed, m.fellBack
+		r.turnID, r.turnBegun = m.turnID, true
 		if r.interrupt {
 			r.interruptTurn(nil)
 		}
@@ -126,7 +135,13 @@ func (r *roundActor) Receive(c *actor.Context) {
 			return
 		}
 		r.lastProgress = time.Now()
+		if m.note.Method == codexrpc.NoteTurnStarted {
+			r.turnBegun = true // the CLI holds the user's message now
+		}
 		events, end := r.mapper.note(m.note)
+		if end != nil {
+			r.turnBegun = true // a turn that ended had begun
+		}
 		for _, ev := range events {
 			r.emit(ev)
 		}
@@ -176,13 +191,15 @@ func (r *roundActor) emit(ev messages.RoundEvent) {
 			return
 		}
 	}
+	if r.overflowed {
+		r.dropped++ // the round is being interrupted; what it still says is not kept
+		return
+	}
 	r.pending = append(r.pending, ev)
 	if len(r.pending) > r.cfg.OutboxLimit {
 		r.log.Warn("the caller cannot keep up; interrupting the round", "held", len(r.pending))
-		r.callerGone = true
-		r.pending = nil
+		r.overflowed = true
 		r.stop()
-		return
 	}
 	r.flush(false)
 }
@@ -243,6 +260,9 @@ func (r *roundActor) turnEnded(end *turnEnd) {
 	case r.callerGone:
 		r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
 		return
+	case r.overflowed:
+		r.finish(messages.StatusInterrupted, "", end.CodexErrorInfo)
+		return
 	case !r.stalledAt.IsZero():
 		r.finish(messages.StatusFailed, fmt.Sprintf("the turn made no progress for %v and was interrupted", r.cfg.StallTimeout), end.CodexErrorInfo)
 		return
@@ -279,7 +299,10 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		}, r.log)
 	}
 	r.log.Info("round finished", "status", status, "resumed", r.resumed, "fell_back", r.fellBack)
-	if r.turnID != "" {
+	if r.overflowed && status == messages.StatusInterrupted {
+		errText = fmt.Sprintf("the caller could not keep up; the round was interrupted (%d events dropped)", r.dropped)
+	}
+	if r.turnBegun {
 		// The CLI keeps the user's message in the thread whatever the end;
 		// the journal keeps what the transcript fallback needs.
 		turns := []store.Turn{{Role: store.RoleUser, Text: r.req.Text}}
@@ -358,7 +381,11 @@ func (r *roundActor) drive(ctx context.Context) {
 	fail := func(status messages.VerdictStatus, err error) {
 		r.engine.Send(r.self, driverFailed{status: status, err: err})
 	}
-	ready, err := ask(ctx, r.cfg.CallTimeout, r.engine, r.codex, func(ch chan clientReady) any { return acquireClient{reply: ch} })
+	// A start may wait out a backoff, then exec and initialize (itself
+	// bounded by CallTimeout).
+	ready, err := ask(ctx, 2*r.cfg.CallTimeout+r.cfg.RestartBackoffMax, r.engine, r.codex, func(ch chan clientReady) any {
+		return acquireClient{lease: true, reply: ch, secrets: []string{r.req.MCPToken}}
+	})
 	if err != nil {
 		fail(messages.StatusUnavailable, fmt.Errorf("codex app-server did not become ready: %w", err))
 		return
@@ -369,6 +396,12 @@ func (r *roundActor) drive(ctx context.Context) {
 	}
 	client := ready.client
 	r.engine.Send(r.self, clientReady{client: client, gen: ready.gen})
+	subscribed := false
+	defer func() {
+		if !subscribed { // give the lease back: the process may idle again
+			r.engine.Send(r.codex, releaseClient{gen: ready.gen})
+		}
+	}()
 
 	known, err := ask(ctx, r.cfg.CallTimeout, r.engine, r.registry, func(ch chan threadLookup) any { return lookupThread{key: r.req.Thread, reply: ch} })
 	if err != nil {
@@ -380,7 +413,15 @@ func (r *roundActor) drive(ctx context.Context) {
 	overlay := r.overlay()
 	threadID, resumed, fellBack := known.threadID, false, false
 	if threadID != "" {
+		// A thread still loaded in the app-server ignores a resume's
+		// settings (the MCP overlay and its token among them): unload it
+		// first, so this round's settings apply. Not loaded is fine.
 		cctx, cancel := call()
+		if err := client.ThreadUnsubscribe(cctx, threadID); err != nil && !errors.Is(err, codexrpc.ErrClosed) {
+			r.log.Debug("unsubscribing the thread before resuming it", "err", err)
+		}
+		cancel()
+		cctx, cancel = call()
 		_, err := client.ThreadResume(cctx, codexrpc.ThreadResumeParams{
 			ThreadID: threadID, Cwd: r.cfg.Workspace, Sandbox: r.cfg.Sandbox,
 			ApprovalPolicy: r.cfg.ApprovalPolicy, DeveloperInstructions: r.req.DeveloperInstructions,
@@ -414,7 +455,11 @@ func (r *roundActor) drive(ctx context.Context) {
 		threadID = started.Thread.ID
 		text = r.seeded(known.turns)
 	}
-	r.engine.Send(r.codex, subscribe{threadID: threadID, round: r.self, autoApprove: r.req.AutoApprove})
+	// The round learns its thread before any of the thread's notifications
+	// can reach it: they are routed only after the subscribe, sent next.
+	r.engine.Send(r.self, threadOpened{threadID: threadID, resumed: resumed, fellBack: fellBack})
+	r.engine.Send(r.codex, subscribe{gen: ready.gen, threadID: threadID, round: r.self, autoApprove: r.req.AutoApprove})
+	subscribed = true
 
 	cctx, cancel := call()
 	turn, err := client.TurnStart(cctx, codexrpc.TurnStartParams{
@@ -423,10 +468,11 @@ func (r *roundActor) drive(ctx context.Context) {
 	})
 	cancel()
 	if err != nil {
+		r.engine.Send(r.codex, unsubscribe{threadID: threadID, round: r.self})
 		fail(messages.StatusFailed, fmt.Errorf("starting the turn: %w", err))
 		return
 	}
-	r.engine.Send(r.self, turnStarted{threadID: threadID, turnID: turn.ID, resumed: resumed, fellBack: fellBack})
+	r.engine.Send(r.self, turnStarted{turnID: turn.ID})
 	if !resumed {
 		// Only now does the thread have a turn, and so a rollout to resume.
 		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: threadID})
@@ -451,17 +497,32 @@ func (r *roundActor) seeded(journal []store.Turn) string {
 	} else {
 		turns = journal
 	}
-	if len(turns) == 0 {
+	// The CLI refuses an input over MaxInputChars: the transcript gets
+	// what the new text leaves of it.
+	budget := min(r.cfg.TranscriptBytes, MaxInputChars-utf8.RuneCountInString(r.req.Text)-2)
+	if len(turns) == 0 || budget < 256 {
 		return r.req.Text
 	}
-	return store.Transcript(turns, r.cfg.TranscriptTurns, r.cfg.TranscriptBytes) + "\n\n" + r.req.Text
+	t := store.Transcript(turns, r.cfg.TranscriptTurns, budget)
+	if t == "" {
+		return r.req.Text
+	}
+	return t + "\n\n" + r.req.Text
 }
+
+// MaxInputChars is the longest text input codex 0.169.0 accepts in one
+// turn/start (-32602 past it).
+const MaxInputChars = 1 << 20
 
 // overlay is the thread's config overlay: the mesh's MCP back-connection,
 // in the CLI's own snake_case keys.
 func (r *roundActor) overlay() map[string]any {
 	if r.req.MCPURL == "" {
-		return nil
+		// A thread keeps the overlay it was last loaded with: a round
+		// without the back-connection must switch it off explicitly.
+		return map[string]any{"mcp_servers": map[string]any{"meshweaver": map[string]any{
+			"url": "http://127.0.0.1:9/disabled", "enabled": false,
+		}}}
 	}
 	server := map[string]any{"url": r.req.MCPURL}
 	if r.req.MCPToken != "" {

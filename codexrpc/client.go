@@ -56,6 +56,12 @@ func (c *Client) ThreadNameSet(ctx context.Context, threadID, name string) error
 	return c.Conn.Call(ctx, MethodThreadNameSet, ThreadNameSetParams{ThreadID: threadID, Name: name}, nil)
 }
 
+// ThreadUnsubscribe unloads a thread from this connection; a later resume
+// loads it again with the resume's settings.
+func (c *Client) ThreadUnsubscribe(ctx context.Context, threadID string) error {
+	return c.Conn.Call(ctx, MethodThreadUnsub, ThreadReadParams{ThreadID: threadID}, nil)
+}
+
 // ThreadRead reads a thread without resuming it.
 func (c *Client) ThreadRead(ctx context.Context, p ThreadReadParams) (ThreadResult, error) {
 	var res ThreadResult

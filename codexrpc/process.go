@@ -310,6 +310,10 @@ func (p *Process) Stop(ctx context.Context) error {
 }
 
 func (p *Process) stop(ctx context.Context) error {
+	// Helpers outside the CLI's process group would outlive it: note them
+	// now, while they are still its descendants, and end them last.
+	strays := descendants(p.pid)
+	defer killIfSame(strays)
 	_ = p.conn.Close() // closes stdin: the polite request
 	steps := []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}
 	for i := 0; ; i++ {

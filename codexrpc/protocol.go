@@ -10,6 +10,7 @@ const (
 	MethodThreadResume  = "thread/resume"
 	MethodThreadNameSet = "thread/name/set"
 	MethodThreadRead    = "thread/read"
+	MethodThreadUnsub   = "thread/unsubscribe"
 	MethodTurnStart     = "turn/start"
 	MethodTurnInterrupt = "turn/interrupt"
 	MethodTurnSteer     = "turn/steer"
@@ -484,5 +485,6 @@ type ElicitationParams struct {
 
 // ElicitationAnswer answers mcpServer/elicitation/request.
 type ElicitationAnswer struct {
-	Action string `json:"action"` // accept | decline | cancel
+	Action  string          `json:"action"` // accept | decline | cancel
+	Content json.RawMessage `json:"content,omitempty"`
 }
