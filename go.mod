@@ -31,3 +31,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	storj.io/drpc v0.0.33 // indirect
 )
+
+replace github.com/anthdm/hollywood => ./third_party/hollywood

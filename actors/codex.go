@@ -68,7 +68,7 @@ type codexActor struct {
 	creds    *store.Credentials
 	redact   *codexrpc.Redactor
 
-	leases      int // clients handed out and not yet subscribed or released
+	leases      []time.Time // when clients were handed out and not yet subscribed or released
 	lastUse     time.Time
 	restartNext bool        // the next start follows a death
 	crashes     []time.Time // unexpected deaths within RestartWindow
@@ -130,14 +130,14 @@ func (a *codexActor) Receive(c *actor.Context) {
 	case codexServerRequest:
 		m.reply <- a.answer(m)
 	case releaseClient:
-		if m.gen == a.gen && a.leases > 0 {
-			a.leases--
+		if m.gen == a.gen && len(a.leases) > 0 {
+			a.leases = a.leases[1:]
 		}
 		a.touch()
 		a.holdCap()
 	case subscribe:
-		if m.gen == a.gen && a.leases > 0 {
-			a.leases--
+		if m.gen == a.gen && len(a.leases) > 0 {
+			a.leases = a.leases[1:]
 		}
 		if m.gen != a.gen || a.proc == nil {
 			// That process is gone (the round has heard, or will hear, of
@@ -198,7 +198,18 @@ func tickInterval(idle time.Duration) time.Duration {
 
 // idle reports a live process that serves no round and no login.
 func (a *codexActor) idle() bool {
-	return a.proc != nil && len(a.subs) == 0 && a.pinned == nil && a.leases == 0
+	return a.proc != nil && len(a.subs) == 0 && a.pinned == nil && !a.leased()
+}
+
+// leased reports a lease still in force. A lease whose holder gave up
+// waiting is never returned, so leases lapse after the longest time a
+// holder can take to subscribe or give it back.
+func (a *codexActor) leased() bool {
+	ttl := 4*a.cfg.CallTimeout + a.cfg.RestartBackoffMax
+	for len(a.leases) > 0 && time.Since(a.leases[0]) > ttl {
+		a.leases = a.leases[1:]
+	}
+	return len(a.leases) > 0
 }
 
 // holdCap stops this app-server when it is idle and among those the node
@@ -241,7 +252,7 @@ func (a *codexActor) acquire(m acquireClient) {
 			a.evict("its home was removed")
 		} else if a.needsKey() {
 			if m.lease {
-				a.leases++
+				a.leases = append(a.leases, time.Now())
 				a.touch()
 			}
 			client, gen := a.client, a.gen
@@ -254,7 +265,7 @@ func (a *codexActor) acquire(m acquireClient) {
 			return
 		} else {
 			if m.lease {
-				a.leases++
+				a.leases = append(a.leases, time.Now())
 				a.touch()
 			}
 			m.reply <- clientReady{client: a.client, gen: a.gen}
@@ -312,7 +323,7 @@ func (a *codexActor) backoff() time.Duration {
 func (a *codexActor) answerWaiters(r clientReady) {
 	for _, w := range a.waiters {
 		if w.lease && r.client != nil {
-			a.leases++
+			a.leases = append(a.leases, time.Now())
 			a.touch()
 		}
 		w.reply <- r
@@ -478,7 +489,7 @@ func (a *codexActor) exited(m codexExited) {
 	a.early = make(map[string][]*codexrpc.Notification)
 	a.nEarly = 0
 	a.proc, a.client = nil, nil
-	a.leases = 0
+	a.leases = nil
 	a.cfg.live.remove(a.self)
 	a.answerWaiters(clientReady{err: err})
 }
@@ -490,7 +501,7 @@ func (a *codexActor) evict(why string) {
 	p := a.proc
 	a.gen++
 	a.proc, a.client = nil, nil
-	a.leases = 0
+	a.leases = nil
 	a.early = make(map[string][]*codexrpc.Notification)
 	a.nEarly = 0
 	a.cfg.live.remove(a.self)

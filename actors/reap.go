@@ -16,8 +16,10 @@ import (
 // ReapOrphans ends the app-servers a previous daemon instance left running
 // under homes (it was killed outright, so it could not stop them). Each
 // user's live app-server is recorded in CODEX_HOME/meshweaver/appserver.pid
-// with its start time; a process is signalled only when its start time
-// proves it is the recorded one. It returns how many were ended.
+// with its start time; such a process is signalled only when its start time
+// proves it is the recorded one. The orphans those CLIs left outside their
+// process group are ended too (see sweepStrays). It returns how many
+// processes were ended.
 func ReapOrphans(homes string, grace time.Duration, log *slog.Logger) int {
 	records, err := filepath.Glob(filepath.Join(homes, "*", ".codex", "meshweaver", ProcRecordName))
 	if err != nil {
@@ -41,9 +43,11 @@ func ReapOrphans(homes string, grace time.Duration, log *slog.Logger) int {
 // sweepStrays ends what the CLIs of a killed daemon started outside their
 // process group (commands run without a sandbox, login-shell snapshots):
 // Pdeathsig ends the app-server itself, but not those. They are known by
-// the CODEX_HOME under homes in their environment; at the start of a daemon
-// none of them can be its own, so every one left is a leftover. Only this
-// user's processes are looked at.
+// three marks together: the daemon's user owns them, their environment has
+// a CODEX_HOME under homes, and they are orphans (their parent is init),
+// as everything is whose app-server died. At the start of a daemon none of
+// them can be its own. A person's own codex session in a home has a shell
+// for a parent and is left alone.
 func sweepStrays(homes string, log *slog.Logger) int {
 	root := filepath.Clean(homes) + string(filepath.Separator)
 	entries, err := os.ReadDir("/proc")
@@ -64,6 +68,9 @@ func sweepStrays(homes string, log *slog.Logger) int {
 		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != uid {
 			continue
 		}
+		if ppid, ok := parentOf(pid); !ok || ppid != 1 {
+			continue
+		}
 		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
 		if err != nil {
 			continue
@@ -80,4 +87,22 @@ func sweepStrays(homes string, log *slog.Logger) int {
 		}
 	}
 	return n
+}
+
+// parentOf reads a process's parent pid from /proc/PID/stat.
+func parentOf(pid int) (int, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := bytes.Fields(data[i+1:])
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(string(f[1]))
+	return ppid, err == nil
 }

@@ -156,6 +156,7 @@ func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 			RoundID: m.RoundID, Thread: m.Thread, Status: messages.StatusUnavailable,
 			Error: "the daemon is shutting down",
 		}, r.log)
+		r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusUnavailable)).Inc()
 		return
 	}
 	user, err := r.user(c, m.User)
@@ -163,6 +164,7 @@ func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 		deliver(c.Engine(), replyTo, messages.RoundFinished{
 			RoundID: m.RoundID, Thread: m.Thread, Status: messages.StatusRejected, Error: err.Error(),
 		}, r.log)
+		r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusRejected)).Inc()
 		return
 	}
 	r.cfg.rounds.enter() // left when the round's verdict is sent

@@ -284,6 +284,10 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 	}
 	r.done = true
 	defer r.cfg.rounds.leave()
+	if r.overflowed && status == messages.StatusInterrupted {
+		errText = fmt.Sprintf("the caller could not keep up; the round was interrupted (%d events dropped)", r.dropped)
+	}
+
 	r.ticker.Stop()
 	r.cfg.Metrics.Rounds.WithLabelValues(string(status)).Inc()
 	r.cfg.Metrics.RoundDuration.Observe(time.Since(r.startedAt).Seconds())
@@ -299,9 +303,6 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		}, r.log)
 	}
 	r.log.Info("round finished", "status", status, "resumed", r.resumed, "fell_back", r.fellBack)
-	if r.overflowed && status == messages.StatusInterrupted {
-		errText = fmt.Sprintf("the caller could not keep up; the round was interrupted (%d events dropped)", r.dropped)
-	}
 	if r.turnBegun {
 		// The CLI keeps the user's message in the thread whatever the end;
 		// the journal keeps what the transcript fallback needs.

@@ -60,6 +60,7 @@ func (u *userActor) Receive(c *actor.Context) {
 					RoundID: req.RoundID, Thread: req.Thread, Status: messages.StatusInterrupted,
 					Error: "the daemon is stopping",
 				}, u.log)
+				u.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusInterrupted)).Inc()
 				u.cfg.rounds.leave()
 			}
 			ts.queue = nil
@@ -94,6 +95,7 @@ func (u *userActor) admit(c *actor.Context, req roundRequest) {
 			RoundID: req.RoundID, Thread: req.Thread, Status: messages.StatusBusy,
 			Error: fmt.Sprintf("%d rounds already wait on this mesh thread", len(ts.queue)),
 		}, u.log)
+		u.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusBusy)).Inc()
 		u.cfg.rounds.leave()
 		return
 	}

@@ -62,6 +62,9 @@ func guard(log *slog.Logger, onPanic func(c *actor.Context, v any)) actor.Middle
 func spawnOpts(id string, log *slog.Logger, onPanic func(*actor.Context, any)) []actor.OptFunc {
 	return []actor.OptFunc{
 		actor.WithID(id),
+		// hollywood preallocates 1024 slots per inbox (about 27 KiB); the
+		// ring grows on demand, and most of these actors are idle.
+		actor.WithInboxSize(64),
 		actor.WithMaxRestarts(-1),
 		actor.WithMiddleware(guard(log, onPanic)),
 	}

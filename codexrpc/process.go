@@ -60,6 +60,7 @@ type Process struct {
 	stdoutR *os.File
 	stderrR *os.File
 
+	startTime  uint64        // the process's start time, in clock ticks since boot
 	exited     chan struct{} // closed once the exit is observed
 	exit       ExitStatus
 	stderrDone chan struct{}
@@ -163,6 +164,9 @@ func Start(cfg Config) (*Process, error) {
 		stderrR:    stderrR,
 		exited:     make(chan struct{}),
 		stderrDone: make(chan struct{}),
+	}
+	if _, st, ok := procStat(p.pid); ok {
+		p.startTime = st
 	}
 	go p.wait()
 	go p.readStderr()
@@ -312,8 +316,11 @@ func (p *Process) Stop(ctx context.Context) error {
 func (p *Process) stop(ctx context.Context) error {
 	// Helpers outside the CLI's process group would outlive it: note them
 	// now, while they are still its descendants, and end them last.
-	strays := descendants(p.pid)
-	defer killIfSame(strays)
+	strays := append(descendants(p.pid), p.orphans()...)
+	defer func() {
+		killIfSame(strays)
+		killIfSame(p.orphans()) // those orphaned while it stopped
+	}()
 	_ = p.conn.Close() // closes stdin: the polite request
 	steps := []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}
 	for i := 0; ; i++ {
@@ -335,6 +342,15 @@ func (p *Process) stop(ctx context.Context) error {
 		break
 	}
 	return p.release(ctx)
+}
+
+// orphans lists what this app-server's home has left running without a
+// parent; none when the start time is unknown.
+func (p *Process) orphans() []procID {
+	if p.startTime == 0 {
+		return nil
+	}
+	return orphansOf(p.cfg.Home, p.startTime)
 }
 
 // Kill SIGKILLs the process group and waits like Stop. Calls still pending

@@ -7,6 +7,9 @@ import (
 	"syscall"
 )
 
+// envCodexHome is how a process's environment names its CODEX_HOME.
+const envCodexHome = "CODEX_HOME="
+
 // procID names a process by pid and start time (field 22 of
 // /proc/PID/stat), which together cannot be reused.
 type procID struct {
@@ -75,4 +78,46 @@ func killIfSame(ps []procID) {
 			_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		}
 	}
+}
+
+// orphansOf lists the orphans (parent init) of this user that run with
+// exactly home as their CODEX_HOME and started no earlier than since (the
+// app-server's own start): what an app-server of that home left behind
+// when a helper double-forked or its parent died first.
+func orphansOf(home string, since uint64) []procID {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := []byte(envCodexHome + home)
+	uid := os.Getuid()
+	var out []procID
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, start, ok := procStat(pid)
+		if !ok || ppid != 1 || start < since {
+			continue
+		}
+		fi, err := os.Stat("/proc/" + e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != uid {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if bytes.Equal(kv, want) {
+				out = append(out, procID{pid, start})
+				break
+			}
+		}
+	}
+	return out
 }
