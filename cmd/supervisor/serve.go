@@ -108,8 +108,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := serveFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: supervisor serve [flags]\n\nEvery flag can also be set in the environment as SUPERVISOR_<NAME>\n(upper case, dashes as underscores; a flag on the command line wins).\nRepeatable flags take a comma-separated list there.\n\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if err := flagsFromEnv(fs, os.LookupEnv); err != nil {
+		fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
+		return errUsage
 	}
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
@@ -179,4 +187,32 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// flagsFromEnv sets every flag not given on the command line from
+// SUPERVISOR_<NAME> when that is set; repeatable flags split it on commas.
+func flagsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	given := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		key := "SUPERVISOR_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v, ok := lookup(key)
+		if !ok {
+			return
+		}
+		values := []string{v}
+		if _, repeatable := f.Value.(*stringList); repeatable {
+			values = strings.Split(v, ",")
+		}
+		for _, one := range values {
+			if err := fs.Set(f.Name, one); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", key, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
 }
