@@ -40,14 +40,9 @@ func newRemoteClientTLS(daemonAddr, listen string, tlsConf *tls.Config) (*remote
 			return nil, err
 		}
 	}
-	rc := remote.NewConfig()
-	if tlsConf != nil {
-		rc = rc.WithTLS(tlsConf)
-	}
-	rem := remote.New(listen, rc)
-	e, err := actor.NewEngine(actor.NewEngineConfig().WithRemote(rem))
+	e, rem, err := newRemoteEngine(listen, tlsConf)
 	if err != nil {
-		return nil, fmt.Errorf("starting the caller's remote on %s: %w", listen, err)
+		return nil, err
 	}
 	c := &remoteClient{engine: e, rem: rem, inbox: make(chan any, 1<<16), target: rootPID(daemonAddr)}
 	c.pid = e.Spawn(func() actor.Receiver { return c }, "caller", actor.WithID("cli"))

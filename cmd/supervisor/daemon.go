@@ -25,14 +25,9 @@ type daemon struct {
 // startDaemon listens on listen and spawns the actor tree. tlsConf nil
 // means plaintext.
 func startDaemon(listen string, tlsConf *tls.Config, cfg actors.Config) (*daemon, error) {
-	rc := remote.NewConfig()
-	if tlsConf != nil {
-		rc = rc.WithTLS(tlsConf)
-	}
-	rem := remote.New(listen, rc)
-	e, err := actor.NewEngine(actor.NewEngineConfig().WithRemote(rem))
+	e, rem, err := newRemoteEngine(listen, tlsConf)
 	if err != nil {
-		return nil, fmt.Errorf("starting the remote on %s: %w", listen, err)
+		return nil, err
 	}
 	root, err := actors.SpawnRoot(e, cfg)
 	if err != nil {
@@ -40,6 +35,21 @@ func startDaemon(listen string, tlsConf *tls.Config, cfg actors.Config) (*daemon
 		return nil, err
 	}
 	return &daemon{engine: e, rem: rem, root: root, log: cfg.Logger}, nil
+}
+
+// newRemoteEngine is an engine behind a remote listening on listen (mutual
+// TLS when tlsConf is set), for the daemon and its callers alike.
+func newRemoteEngine(listen string, tlsConf *tls.Config) (*actor.Engine, *remote.Remote, error) {
+	rc := remote.NewConfig()
+	if tlsConf != nil {
+		rc = rc.WithTLS(tlsConf)
+	}
+	rem := remote.New(listen, rc)
+	e, err := actor.NewEngine(actor.NewEngineConfig().WithRemote(rem))
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting the remote on %s: %w", listen, err)
+	}
+	return e, rem, nil
 }
 
 // stop drains, then stops: for two thirds of timeout no new round is
