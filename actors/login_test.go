@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +22,7 @@ import (
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/fakeissuer"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
 // replyTimeout bounds every wait for a reply. A device-code login polls
@@ -89,9 +89,9 @@ func newLoginHarness(t *testing.T, opts fakeissuer.Options, mutate func(*Config)
 		if homes == "" {
 			return
 		}
-		if pids := codexPIDs(t, homes); len(pids) > 0 {
+		if pids := codexPIDs(homes); len(pids) > 0 {
 			for _, pid := range pids {
-				t.Errorf("codex process left after the test: %s", describeProc(pid))
+				t.Errorf("codex process left after the test: %s", proctest.Describe(pid))
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
@@ -165,47 +165,14 @@ func (c *caller) quiet(t testing.TB) {
 	}
 }
 
-// codexPIDs lists the live processes whose CODEX_HOME is under homes.
-func codexPIDs(t testing.TB, homes string) []int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatalf("reading /proc: %v", err)
-	}
+// codexPIDs lists the processes, zombies too, whose CODEX_HOME is under
+// homes.
+func codexPIDs(homes string) []int {
 	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil {
-			continue // gone, or not ours
-		}
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if v, ok := bytes.CutPrefix(kv, []byte("CODEX_HOME=")); ok &&
-				strings.HasPrefix(string(v), homes+string(filepath.Separator)) {
-				pids = append(pids, pid)
-				break
-			}
-		}
+	for _, p := range proctest.ListAll(proctest.NotSelf, proctest.UnderHome(homes)) {
+		pids = append(pids, p.PID)
 	}
 	return pids
-}
-
-// describeProc names a process for an error: pid, state, parent, group
-// and command line.
-func describeProc(pid int) string {
-	dir := filepath.Join("/proc", strconv.Itoa(pid))
-	cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
-	stat, _ := os.ReadFile(filepath.Join(dir, "stat"))
-	// stat: pid (comm) state ppid pgrp ...
-	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	desc := fmt.Sprintf("pid %d", pid)
-	if len(fields) >= 3 {
-		desc += fmt.Sprintf(" state %s ppid %s pgrp %s", fields[0], fields[1], fields[2])
-	}
-	return desc + fmt.Sprintf(" cmd %q", strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " "))
 }
 
 // killCodex SIGKILLs the process group of the user's codex app-server
@@ -218,12 +185,9 @@ func (h *loginHarness) killCodex(user string) int {
 		h.t.Fatal(err)
 	}
 	var pid int
-	for _, p := range codexPIDs(h.t, h.cfg.Homes) {
-		dir := filepath.Join("/proc", strconv.Itoa(p))
-		env, err := os.ReadFile(filepath.Join(dir, "environ"))
-		exe, _ := os.Readlink(filepath.Join(dir, "exe"))
-		if err == nil && exe == bin && bytes.Contains(append([]byte{0}, env...), []byte("\x00CODEX_HOME="+home+"\x00")) {
-			pid = p
+	for _, p := range proctest.ListAll(proctest.NotSelf, proctest.UnderHome(h.cfg.Homes)) {
+		if p.Exe() == bin && p.Home() == home {
+			pid = p.PID
 			break
 		}
 	}
@@ -617,7 +581,7 @@ func TestLoginCodexKilled(t *testing.T) {
 	if auth := authFile(t, h.home("alice")); auth["auth_mode"] != "chatgpt" {
 		t.Errorf("auth_mode = %v", auth["auth_mode"])
 	}
-	if pids := codexPIDs(t, h.cfg.Homes); len(pids) != 1 || pids[0] == pid {
+	if pids := codexPIDs(h.cfg.Homes); len(pids) != 1 || pids[0] == pid {
 		t.Errorf("codex processes %v after the restart (killed %d)", pids, pid)
 	}
 	c.quiet(t)
@@ -710,7 +674,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 	if m, ok := next().(messages.AccountResponse); !ok || m.Type != "apiKey" || m.Error != "" {
 		t.Errorf("AccountRequest answered %T %+v", m, m)
 	}
-	procs := codexPIDs(t, h.cfg.Homes)
+	procs := codexPIDs(h.cfg.Homes)
 
 	// A new key while the codex runs is written at once.
 	setKey(key2)
@@ -724,7 +688,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 	}
 	round("mesh/k2")
 	checkAuth("after a round whose home lost auth.json", key2)
-	if now := codexPIDs(t, h.cfg.Homes); !slices.Equal(now, procs) {
+	if now := codexPIDs(h.cfg.Homes); !slices.Equal(now, procs) {
 		t.Errorf("codex processes %v, want the same %v", now, procs)
 	}
 

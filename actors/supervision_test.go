@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +30,7 @@ import (
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
 // ---------------------------------------------------------------------------
@@ -265,71 +265,28 @@ func supHarness(t *testing.T, mutates ...func(*Config)) (*harness, *logTap) {
 	return h, tap
 }
 
-// appServersUnder lists the pids of the processes whose CODEX_HOME is under
-// homes: every app-server of the tree, real or fake, and what they started.
+// appServersUnder lists the pids of the live processes whose CODEX_HOME is
+// under homes: every app-server of the tree, real or fake, and what they
+// started.
 func appServersUnder(homes string) []int {
-	want := []byte("CODEX_HOME=" + filepath.Clean(homes) + "/")
-	ents, _ := os.ReadDir("/proc")
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil {
-			continue
-		}
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if bytes.HasPrefix(kv, want) && processAlive(pid) {
-				out = append(out, pid)
-				break
-			}
-		}
+	for _, p := range proctest.List(proctest.NotSelf, proctest.UnderHome(homes)) {
+		out = append(out, p.PID)
 	}
 	return out
 }
 
+// checkNoAppServers fails the test if an app-server is left after the tree
+// stopped, and kills it.
 func checkNoAppServers(t *testing.T, homes string) {
 	t.Helper()
-	if left := appServersUnder(homes); len(left) > 0 {
-		var desc []string
-		for _, pid := range left {
-			desc = append(desc, supProcDesc(pid))
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		t.Errorf("app-server processes left after the tree stopped: %s", strings.Join(desc, "; "))
-	}
-}
-
-// supProcDesc is a process's pid, stat line and command line.
-func supProcDesc(pid int) string {
-	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+40 < len(stat) {
-		stat = stat[:i+40]
-	}
-	return fmt.Sprintf("%d [%s] %q", pid, stat, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
-}
-
-// processAlive reports a process that exists and is not a zombie.
-func processAlive(pid int) bool {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 || i+2 >= len(data) {
-		return false
-	}
-	st := data[i+2]
-	return st != 'Z' && st != 'X'
+	proctest.WaitGone(t, 0, 0, proctest.NotSelf, proctest.UnderHome(homes))
 }
 
 // waitGone waits until pid has exited.
 func waitGone(t testing.TB, pid int, d time.Duration) {
 	t.Helper()
-	poll(t, d, fmt.Sprintf("process %d to end", pid), func() bool { return !processAlive(pid) })
+	poll(t, d, fmt.Sprintf("process %d to end", pid), func() bool { return !proctest.Alive(pid) })
 }
 
 // poll checks cond every 10ms until it holds, for at most d. It is for
@@ -373,7 +330,7 @@ func liveAppServerPID(t testing.TB, h *harness, user string) int {
 	var pid int
 	poll(t, waitFor, user+"'s app-server pid record", func() bool {
 		pid = appServerPID(t, h, user)
-		return pid > 0 && processAlive(pid)
+		return pid > 0 && proctest.Alive(pid)
 	})
 	return pid
 }
@@ -864,7 +821,7 @@ func TestEvictLRUCapKeepsPinnedLogin(t *testing.T) {
 	// dave's start finds carol's app-server pinned: it stays.
 	from := tap.mark()
 	h.heldRound(c, messages.StartRound{User: "dave", Thread: "mesh/l", Text: "two"})
-	if !processAlive(carol) {
+	if !proctest.Alive(carol) {
 		t.Fatalf("carol's app-server, pinned by her login, was stopped")
 	}
 	if n := tap.count(from, logMsg("stopping an idle codex app-server", "user", userTag("carol"))); n != 0 {
@@ -930,12 +887,12 @@ func TestEvictLRUCapSparesRoundOpeningThread(t *testing.T) {
 	r := h.round(cb, messages.StartRound{User: "bob", Thread: "mesh/s", Text: "fast"})
 	mustStatus(t, r, messages.StatusCompleted)
 	ra := ca.collect(t, "s-1", waitFor)
-	if strings.Contains(ra.verdict.Error, "deadline") && processAlive(alice) {
+	if strings.Contains(ra.verdict.Error, "deadline") && proctest.Alive(alice) {
 		return // alice's round ran into its own deadline, on its own process
 	}
 	t.Fatalf("bob's start evicted alice's app-server while her round was opening its thread "+
 		"(client acquired, not yet subscribed: the round must hold a lease): alice's verdict %+v, process alive %v",
-		ra.verdict, processAlive(alice))
+		ra.verdict, proctest.Alive(alice))
 }
 
 func waitMsg[T any](t testing.TB, c *caller, d time.Duration) T {
@@ -1403,7 +1360,7 @@ func TestOrphanReapOrphans(t *testing.T) {
 		t.Fatalf("a process whose start time does not match the record was signalled")
 	default:
 	}
-	if !processAlive(stranger) {
+	if !proctest.Alive(stranger) {
 		t.Fatalf("the stranger %d is not running", stranger)
 	}
 	for _, p := range []string{oursRec, strangerPath, garbage} {
@@ -1619,7 +1576,7 @@ func TestSupervisionStopEndsAppServerGroup(t *testing.T) {
 	waitGone(t, group, waitFor)
 	var left []string
 	for _, pid := range appServersUnder(h.cfg.Homes) {
-		left = append(left, supProcDesc(pid))
+		left = append(left, proctest.Describe(pid))
 	}
 	if len(left) > 0 {
 		t.Errorf("the app-server exited at stdin EOF and its stop left its process group behind: %s",

@@ -7,13 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/testkit/proctest"
 	"github.com/meshweaver/supervisor/testkit/schema"
 	"go.uber.org/goleak"
 )
@@ -195,56 +194,7 @@ func stopOnCleanup(t testing.TB, p *Process) {
 // /proc, and zombies (already dead) do not count.
 func requireGroupGone(t testing.TB, pgid int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := syscall.Kill(-pgid, 0)
-		if errors.Is(err, syscall.ESRCH) {
-			return
-		}
-		live := liveGroupMembers(pgid)
-		if len(live) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("process group %d still has live members after stop: %s (kill -0: %v)", pgid, strings.Join(live, "; "), err)
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			return
-		}
-		<-tick.C
-	}
-}
-
-// liveGroupMembers lists "pid state comm" for every non-zombie process of
-// group pgid.
-func liveGroupMembers(pgid int) []string {
-	entries, _ := os.ReadDir("/proc")
-	var out []string
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...; comm may hold spaces and parens.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if g, _ := strconv.Atoi(f[2]); g == pgid {
-			out = append(out, fmt.Sprintf("%d %s %s", pid, f[0], s[strings.IndexByte(s, '(')+1:i]))
-		}
-	}
-	return out
+	proctest.WaitGroupGone(t, pgid, 5*time.Second, 5*time.Millisecond)
 }
 
 // cli is one real codex app-server under test.

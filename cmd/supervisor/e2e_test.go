@@ -174,8 +174,8 @@ func TestCodexKilledMidRound(t *testing.T) {
 	id := e.startRound(messages.StartRound{User: user, Thread: key, Text: "this turn dies"})
 	e.waitEvent(id, "a text delta", func(ev messages.RoundEvent) bool { return ev.Kind == messages.KindText })
 	victim := e.appServer(user)
-	if err := syscall.Kill(-victim.pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing the app-server's group %d: %v", victim.pid, err)
+	if err := syscall.Kill(-victim.PID, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing the app-server's group %d: %v", victim.PID, err)
 	}
 	r2 := e.await(id)
 	if v := r2.verdict; v.Status != messages.StatusFailed || !strings.Contains(v.Error, "killed by signal SIGKILL") {
@@ -187,8 +187,8 @@ func TestCodexKilledMidRound(t *testing.T) {
 	if v := r3.verdict; !v.Resumed || v.FellBack || v.CodexThreadID != r1.verdict.CodexThreadID {
 		t.Errorf("verdict after the crash = %+v, want %s resumed", v, r1.verdict.CodexThreadID)
 	}
-	if p := e.appServer(user); p.pid == victim.pid {
-		t.Errorf("the app-server still has the killed pid %d", p.pid)
+	if p := e.appServer(user); p.PID == victim.PID {
+		t.Errorf("the app-server still has the killed pid %d", p.PID)
 	}
 	req := e.lastRequest()
 	for _, s := range []string{"first message", "this turn dies"} {

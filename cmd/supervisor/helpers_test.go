@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
 // roundTimeout bounds the wait for one round's verdict. Real CLI turns take
@@ -433,92 +433,29 @@ func (e *env) lastRequest() mockmodel.Request {
 
 // --- codex processes ---
 
-// codexProc is a running process of the codex binary.
-type codexProc struct {
-	pid, ppid int
-	home      string // its CODEX_HOME
-}
-
 // codexProcs lists the live (not zombie) processes whose executable is bin
-// and whose CODEX_HOME is under dir.
-func codexProcs(bin, dir string) []codexProc {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []codexProc
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		p := filepath.Join("/proc", ent.Name())
-		exe, err := os.Readlink(filepath.Join(p, "exe"))
-		if err != nil || strings.TrimSuffix(exe, " (deleted)") != bin {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join(p, "environ"))
-		if err != nil {
-			continue
-		}
-		home := ""
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if v, ok := bytes.CutPrefix(kv, []byte("CODEX_HOME=")); ok {
-				home = string(v)
-			}
-		}
-		if home != dir && !strings.HasPrefix(home, dir+string(filepath.Separator)) {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join(p, "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 2 || f[0] == "Z" {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		out = append(out, codexProc{pid: pid, ppid: ppid, home: home})
-	}
-	return out
+// and whose CODEX_HOME is dir or under it.
+func codexProcs(bin, dir string) []proctest.Proc {
+	return proctest.List(proctest.ExeIs(bin), proctest.UnderHome(dir))
 }
 
 // waitNoCodex fails the test if a codex process with a CODEX_HOME under
 // dir is still alive after a short grace (a SIGKILLed process group takes
-// a moment to disappear from /proc; there is no event to wait for).
+// a moment to disappear from /proc; there is no event to wait for), and
+// kills what is left.
 func waitNoCodex(t testing.TB, bin, dir string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		left := codexProcs(bin, dir)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("codex processes left behind: %+v", left)
-			for _, p := range left {
-				_ = syscall.Kill(p.pid, syscall.SIGKILL)
-			}
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	proctest.WaitGone(t, 5*time.Second, 20*time.Millisecond, proctest.ExeIs(bin), proctest.UnderHome(dir))
 }
 
 // appServer returns the app-server process of user: the codex process
 // started by this test process with exactly that CODEX_HOME.
-func (e *env) appServer(user string) codexProc {
+func (e *env) appServer(user string) proctest.Proc {
 	e.t.Helper()
 	home := e.home(user)
-	var found []codexProc
+	var found []proctest.Proc
 	for _, p := range codexProcs(e.bin, home) {
-		if p.home == home && p.ppid == os.Getpid() {
+		if p.PPID == os.Getpid() && p.Home() == home {
 			found = append(found, p)
 		}
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
 // This file holds the operations tests (metrics, health, --help, the
@@ -111,7 +112,7 @@ func opsNewRig(t *testing.T, tlsConf *tls.Config, mutate func(*actors.Config)) *
 	r.d, r.addr = d, addr
 	t.Cleanup(func() {
 		r.stop()
-		opsWaitNoCodex(t, r.cfg.CodexBin, root)
+		waitNoCodex(t, r.cfg.CodexBin, root)
 		if t.Failed() || os.Getenv("TEST_LOG") != "" {
 			t.Logf("daemon log:\n%s", r.logs.String())
 		}
@@ -343,93 +344,12 @@ func (oc *opsCaller) awaitOther(what string, within time.Duration, ok func(any) 
 
 // --- processes ---
 
-// opsProc is a live process of the codex binary.
-type opsProc struct {
-	pid  int
-	home string   // its CODEX_HOME
-	env  []string // its whole environment
-}
-
-// opsCodexProcs lists the live (not zombie) processes whose executable is
-// bin and whose CODEX_HOME is dir or under it.
-func opsCodexProcs(bin, dir string) []opsProc {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []opsProc
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		p := filepath.Join("/proc", ent.Name())
-		exe, err := os.Readlink(filepath.Join(p, "exe"))
-		if err != nil || strings.TrimSuffix(exe, " (deleted)") != bin {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join(p, "environ"))
-		if err != nil {
-			continue
-		}
-		var env []string
-		home := ""
-		for _, kv := range bytes.Split(raw, []byte{0}) {
-			if len(kv) == 0 {
-				continue
-			}
-			env = append(env, string(kv))
-			if v, ok := bytes.CutPrefix(kv, []byte("CODEX_HOME=")); ok {
-				home = string(v)
-			}
-		}
-		if home != dir && !strings.HasPrefix(home, dir+string(filepath.Separator)) {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join(p, "stat"))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(stat, ')') // comm may hold spaces and parentheses
-		if i < 0 {
-			continue
-		}
-		if f := strings.Fields(string(stat[i+1:])); len(f) < 1 || f[0] == "Z" {
-			continue
-		}
-		out = append(out, opsProc{pid: pid, home: home, env: env})
-	}
-	return out
-}
-
-// opsWaitNoCodex fails the test if a codex process with a CODEX_HOME under
-// dir is still alive after a short grace (a killed group takes a moment to
-// leave /proc; there is no event to wait for), and kills what is left.
-func opsWaitNoCodex(t testing.TB, bin, dir string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		left := opsCodexProcs(bin, dir)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("codex processes left behind: %+v", left)
-			for _, p := range left {
-				_ = syscall.Kill(p.pid, syscall.SIGKILL)
-			}
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // opsAppServer is the one live app-server whose CODEX_HOME is home.
-func opsAppServer(t *testing.T, bin, home string) opsProc {
+func opsAppServer(t *testing.T, bin, home string) proctest.Proc {
 	t.Helper()
-	var found []opsProc
-	for _, p := range opsCodexProcs(bin, home) {
-		if p.home == home {
+	var found []proctest.Proc
+	for _, p := range codexProcs(bin, home) {
+		if p.Home() == home {
 			found = append(found, p)
 		}
 	}
@@ -599,7 +519,7 @@ func TestOpsMetricsAndHealth(t *testing.T) {
 
 	// A death, then a restart.
 	victim := opsAppServer(t, r.bin, r.home(user))
-	if err := syscall.Kill(-victim.pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(-victim.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	opsWaitMetric(t, metricsURL, "supervisor_app_server_deaths_total", "", "1", func(v float64) bool { return v == 1 })
@@ -630,7 +550,7 @@ func TestOpsMetricsAndHealth(t *testing.T) {
 	if v, _ := opsMetric(body, "supervisor_rounds_total", `status="interrupted"`); v != 1 {
 		t.Errorf("interrupted rounds = %v, want 1", v)
 	}
-	opsWaitNoCodex(t, r.bin, r.home(user))
+	waitNoCodex(t, r.bin, r.home(user))
 
 	// Refused input: a hostile user id (a rejected verdict), an unknown and
 	// an undecodable envelope (decode errors, by reason).
@@ -1002,7 +922,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	for _, o := range opsOverrides(t, root, model.URL()) {
 		args = append(args, "--codex-override", o)
 	}
-	t.Cleanup(func() { opsWaitNoCodex(t, bin, root) }) // runs after serve's cleanup
+	t.Cleanup(func() { waitNoCodex(t, bin, root) }) // runs after serve's cleanup
 	srv := opsStartServe(t, exe, args...)
 	metrics := srv.waitMsg("metrics serving")
 	readyz := fmt.Sprintf("http://%s/readyz", metrics["listen"])
@@ -1054,7 +974,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	if took := time.Since(sigAt); took > stopTimeout+5*time.Second {
 		t.Errorf("serve took %v to stop, more than --stop-timeout %v and a margin", took, stopTimeout)
 	}
-	opsWaitNoCodex(t, bin, homes)
+	waitNoCodex(t, bin, homes)
 	for _, want := range []string{`"msg":"stopping"`, `"msg":"stopped"`, "rounds still running at the drain deadline"} {
 		if !strings.Contains(srv.logs.String(), want) {
 			t.Errorf("serve's log lacks %s", want)

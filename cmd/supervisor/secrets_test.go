@@ -231,8 +231,9 @@ func TestSecretsNeverLeak(t *testing.T) {
 	c.waitText(id)
 	home := r.home(alice)
 	proc := opsAppServer(t, r.bin, home)
+	procEnv := proc.Environ()
 	env := map[string]string{}
-	for _, kv := range proc.env {
+	for _, kv := range procEnv {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 		if strings.Contains(kv, sec.env) {
@@ -240,7 +241,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		}
 	}
 	if env["CODEX_HOME"] != home || env["PATH"] == "" || env["SUPERVISOR_CODEX_MARKER"] != "codex-env-7c1d" {
-		t.Errorf("the codex child's environment %q: want CODEX_HOME=%s, PATH and the --codex-env marker", proc.env, home)
+		t.Errorf("the codex child's environment %q: want CODEX_HOME=%s, PATH and the --codex-env marker", procEnv, home)
 	}
 	if _, ok := env["SUPERVISOR_TEST_SECRET"]; ok {
 		t.Error("SUPERVISOR_TEST_SECRET reached the codex child")
@@ -252,7 +253,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 			t.Errorf("the codex child got %s, which is not on the allow-list", k)
 		}
 	}
-	if err := syscall.Kill(-proc.pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(-proc.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	if v := c.await(id).verdict; v.Status != messages.StatusFailed || !strings.Contains(v.Error, "SIGKILL") {
@@ -443,7 +444,7 @@ func TestHostileUserIDs(t *testing.T) {
 			t.Errorf("%s exists after the hostile ids (lstat: %v)", p, err)
 		}
 	}
-	if ps := opsCodexProcs(r.bin, r.root); len(ps) != 0 {
+	if ps := codexProcs(r.bin, r.root); len(ps) != 0 {
 		t.Errorf("hostile ids started codex: %+v", ps)
 	}
 
@@ -548,8 +549,8 @@ func TestHostileCrossUserThread(t *testing.T) {
 		}
 	}
 	pa, pm := opsAppServer(t, r.bin, aliceHome), opsAppServer(t, r.bin, malloryHome)
-	if pa.pid == pm.pid {
-		t.Errorf("alice and mallory share the app-server %d", pa.pid)
+	if pa.PID == pm.PID {
+		t.Errorf("alice and mallory share the app-server %d", pa.PID)
 	}
 
 	// Alice's running round: mallory can neither interrupt nor steer it.
