@@ -128,6 +128,12 @@ func (a *codexActor) Receive(c *actor.Context) {
 			a.route(m.note)
 		}
 	case codexServerRequest:
+		if m.gen != a.gen {
+			// A process on its way out: its requests get the safe answer.
+			res, err := declineAnswer(m.req.Method)
+			m.reply <- serverAnswer{result: res, err: err}
+			return
+		}
 		m.reply <- a.answer(m)
 	case releaseClient:
 		if m.gen == a.gen && len(a.leases) > 0 {
@@ -156,6 +162,10 @@ func (a *codexActor) Receive(c *actor.Context) {
 		if s, ok := a.subs[m.threadID]; ok && s.round.Equals(m.round) {
 			delete(a.subs, m.threadID)
 		}
+		// What the thread says after its round left belongs to no round:
+		// it must not be replayed to the next one.
+		a.nEarly -= len(a.early[m.threadID])
+		delete(a.early, m.threadID)
 		a.touch()
 		a.holdCap()
 	case unpinClient:
@@ -205,7 +215,7 @@ func (a *codexActor) idle() bool {
 // waiting is never returned, so leases lapse after the longest time a
 // holder can take to subscribe or give it back.
 func (a *codexActor) leased() bool {
-	ttl := 4*a.cfg.CallTimeout + a.cfg.RestartBackoffMax
+	ttl := acquireWait(a.cfg) + 2*a.cfg.CallTimeout
 	for len(a.leases) > 0 && time.Since(a.leases[0]) > ttl {
 		a.leases = a.leases[1:]
 	}
@@ -450,6 +460,17 @@ func (a *codexActor) started(m codexStarted) {
 		return
 	}
 	a.starting = false
+	select {
+	case <-m.proc.Exited():
+		// It died between initialize and this message; its exit report
+		// came first and was set aside (no process yet), so report it here.
+		a.crashed()
+		a.log.Warn("codex app-server died while starting", "exit", m.proc.ExitStatus().String())
+		a.answerWaiters(clientReady{err: fmt.Errorf("codex app-server %s while starting", m.proc.ExitStatus())})
+		a.goStop(m.proc)
+		return
+	default:
+	}
 	a.proc, a.client = m.proc, m.client
 	a.cfg.Metrics.Starts.Inc()
 	if a.restartNext {
@@ -500,6 +521,15 @@ func (a *codexActor) evict(why string) {
 	a.log.Info("stopping an idle codex app-server", "pid", a.proc.PID(), "why", why)
 	p := a.proc
 	a.gen++
+	lost := errors.New("codex app-server stopped: " + why)
+	for _, s := range a.subs {
+		a.engine.Send(s.round, codexLost{err: lost})
+	}
+	if a.pinned != nil {
+		a.engine.Send(a.pinned, codexLost{err: lost})
+		a.pinned = nil
+	}
+	a.subs = make(map[string]subscribe)
 	a.proc, a.client = nil, nil
 	a.leases = nil
 	a.early = make(map[string][]*codexrpc.Notification)

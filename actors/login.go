@@ -130,7 +130,7 @@ func (a *loginActor) goCall(pin bool, f func(ctx context.Context, client *codexr
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		ready, err := ask(a.ctx, 2*a.cfg.CallTimeout+a.cfg.RestartBackoffMax, a.engine, a.codex, func(ch chan clientReady) any {
+		ready, err := ask(a.ctx, acquireWait(a.cfg), a.engine, a.codex, func(ch chan clientReady) any {
 			return acquireClient{lease: true, pin: pinPID, reply: ch}
 		})
 		if err == nil {

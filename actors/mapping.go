@@ -15,6 +15,7 @@ const maxToolOutput = 256 << 10
 
 // turnEnd is what turn/completed says.
 type turnEnd struct {
+	TurnID         string
 	Status         string // codexrpc.Turn* status
 	Error          string
 	CodexErrorInfo string
@@ -113,7 +114,7 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 		if json.Unmarshal(n.Params, &t) != nil {
 			return nil, &turnEnd{Status: codexrpc.TurnFailed, Error: "turn/completed could not be read"}
 		}
-		end := &turnEnd{Status: t.Turn.Status}
+		end := &turnEnd{TurnID: t.Turn.ID, Status: t.Turn.Status}
 		if t.Turn.Error != nil {
 			end.Error = t.Turn.Error.Message
 			if len(t.Turn.Error.CodexErrorInfo) > 0 && string(t.Turn.Error.CodexErrorInfo) != "null" {

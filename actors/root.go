@@ -117,12 +117,12 @@ func (r *rootActor) reject(c *actor.Context, err error) {
 
 func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 	replyTo := toPID(m.ReplyTo)
-	if replyTo != nil && replyTo.Address != c.Engine().Address() &&
-		(c.Sender() == nil || c.Sender().Address != replyTo.Address) {
+	if replyTo != nil && (c.Sender() == nil || c.Sender().Address != replyTo.Address) {
 		// hollywood dials a new address inside its one outbound router, so
 		// one reply to an address nobody serves holds up every reply to
-		// every caller for seconds. A peer may only redirect replies to its
-		// own node, which is known to be up.
+		// every caller for seconds; and a remote peer must not aim the
+		// daemon's replies at the daemon's own actors. A sender may only
+		// redirect replies to its own node, which is known to be up.
 		r.reject(c, fmt.Errorf("%w: reply_to must be on the sender's node (%s)", messages.ErrInvalid, pidString(c.Sender())))
 		return
 	}

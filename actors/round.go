@@ -139,6 +139,9 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.turnBegun = true // the CLI holds the user's message now
 		}
 		events, end := r.mapper.note(m.note)
+		if end != nil && r.mapper.turnID != "" && end.TurnID != "" && end.TurnID != r.mapper.turnID {
+			end = nil // another turn of the thread (an earlier round's): not this round's end
+		}
 		if end != nil {
 			r.turnBegun = true // a turn that ended had begun
 		}
@@ -284,6 +287,15 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 	}
 	r.done = true
 	defer r.cfg.rounds.leave()
+	// Winding down happens whatever fails below: the thread must be freed
+	// for its next round and the subscription dropped.
+	defer func() {
+		if r.threadID != "" {
+			r.engine.Send(r.codex, unsubscribe{threadID: r.threadID, round: r.self})
+		}
+		r.engine.Send(r.parent, roundDone{key: r.req.Thread, roundID: r.req.RoundID})
+		r.engine.Poison(r.self)
+	}()
 	if r.overflowed && status == messages.StatusInterrupted {
 		errText = fmt.Sprintf("the caller could not keep up; the round was interrupted (%d events dropped)", r.dropped)
 	}
@@ -312,11 +324,6 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		}
 		r.engine.Send(r.registry, appendTurns{key: r.req.Thread, turns: turns})
 	}
-	if r.threadID != "" {
-		r.engine.Send(r.codex, unsubscribe{threadID: r.threadID, round: r.self})
-	}
-	r.engine.Send(r.parent, roundDone{key: r.req.Thread, roundID: r.req.RoundID})
-	r.engine.Poison(r.self)
 }
 
 func (r *roundActor) onInterrupt(c *actor.Context) {
@@ -384,7 +391,7 @@ func (r *roundActor) drive(ctx context.Context) {
 	}
 	// A start may wait out a backoff, then exec and initialize (itself
 	// bounded by CallTimeout).
-	ready, err := ask(ctx, 2*r.cfg.CallTimeout+r.cfg.RestartBackoffMax, r.engine, r.codex, func(ch chan clientReady) any {
+	ready, err := ask(ctx, acquireWait(r.cfg), r.engine, r.codex, func(ch chan clientReady) any {
 		return acquireClient{lease: true, reply: ch, secrets: []string{r.req.MCPToken}}
 	})
 	if err != nil {

@@ -24,6 +24,13 @@ func userTag(user string) string {
 // before any child sees it.
 func environ() []string { return os.Environ() }
 
+// acquireWait bounds the wait for a client: a start may wait out a
+// backoff, reap a leftover process (up to three stop steps), exec, and
+// initialize and write the stored key (each bounded by CallTimeout).
+func acquireWait(cfg *Config) time.Duration {
+	return 3*cfg.CallTimeout + cfg.RestartBackoffMax + 4*cfg.StopGrace
+}
+
 // ask sends a local actor a request built around a buffered reply channel
 // and waits for the answer, the deadline or ctx, whichever comes first.
 func ask[T any](ctx context.Context, timeout time.Duration, e *actor.Engine, pid *actor.PID, build func(chan T) any) (T, error) {

@@ -234,6 +234,10 @@ func (c *Conn) Notify(method string, params any) error {
 	return nil
 }
 
+// writeTimeout bounds a write to a peer that stopped reading, when the
+// writer supports deadlines (a pipe to a process does).
+const writeTimeout = 30 * time.Second
+
 func (c *Conn) write(v any) error {
 	line, err := json.Marshal(v)
 	if err != nil {
@@ -242,6 +246,9 @@ func (c *Conn) write(v any) error {
 	line = append(line, '\n')
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if d, ok := c.w.(interface{ SetWriteDeadline(time.Time) error }); ok {
+		_ = d.SetWriteDeadline(time.Now().Add(writeTimeout))
+	}
 	if c.opts.Trace != nil {
 		c.opts.Trace(true, line[:len(line)-1])
 	}
@@ -267,10 +274,9 @@ func (c *Conn) Close() error {
 		p.ch <- callResult{err: ErrClosed}
 	}
 	c.cancelHandler()
-	c.wmu.Lock()
-	err := c.w.Close()
-	c.wmu.Unlock()
-	return err
+	// Not under wmu: a write blocked on a peer that stopped reading holds
+	// it, and closing the pipe is what wakes that write up.
+	return c.w.Close()
 }
 
 // Done is closed when the read goroutine has returned.

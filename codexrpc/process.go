@@ -62,6 +62,7 @@ type Process struct {
 
 	startTime  uint64        // the process's start time, in clock ticks since boot
 	exited     chan struct{} // closed once the exit is observed
+	waitDone   chan struct{} // closed when the exit waiter has returned
 	exit       ExitStatus
 	stderrDone chan struct{}
 
@@ -163,19 +164,20 @@ func Start(cfg Config) (*Process, error) {
 		stdoutR:    stdoutR,
 		stderrR:    stderrR,
 		exited:     make(chan struct{}),
+		waitDone:   make(chan struct{}),
 		stderrDone: make(chan struct{}),
 	}
 	if _, st, ok := procStat(p.pid); ok {
 		p.startTime = st
 	}
-	go p.wait()
-	go p.readStderr()
 	opts := cfg.Conn
 	opts.OnEOF = p.exitCause
 	if opts.Logger == nil {
 		opts.Logger = p.log
 	}
 	p.conn = NewConn(stdoutR, stdinW, opts)
+	go p.wait()
+	go p.readStderr()
 	return p, nil
 }
 
@@ -208,6 +210,7 @@ func (p *Process) StderrTail() string {
 // wait observes the exit at once (cmd.Wait, no polling), then removes what
 // is left of the process group.
 func (p *Process) wait() {
+	defer close(p.waitDone)
 	err := p.cmd.Wait()
 	st := ExitStatus{Code: -1, Known: true}
 	var ee *exec.ExitError
@@ -225,6 +228,16 @@ func (p *Process) wait() {
 	// Helpers the CLI started live in its group; they must not outlive it.
 	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 	close(p.exited)
+	// A helper outside the group may still hold stdout open, and then the
+	// reader would never see the end: past the drain interval, close our
+	// end, so that pending calls learn of the exit all the same.
+	t := time.NewTimer(2 * p.cfg.ExitDrain)
+	defer t.Stop()
+	select {
+	case <-p.conn.Done():
+	case <-t.C:
+		_ = p.stdoutR.Close()
+	}
 }
 
 func signalName(s syscall.Signal) string {
@@ -331,13 +344,25 @@ func (p *Process) stop(ctx context.Context) error {
 		case <-t.C:
 			if i < len(steps) {
 				_ = syscall.Kill(-p.pid, steps[i])
+				_ = syscall.Kill(p.pid, steps[i]) // in case it left its group
 				continue
+			}
+			// SIGKILL was sent a grace ago: it can only be exiting.
+			select {
+			case <-p.exited:
+			case <-ctx.Done():
 			}
 		case <-ctx.Done():
 			t.Stop()
 			// Do not leave it running: kill the group and still reap.
 			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-			<-p.exited
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+			reap := time.NewTimer(p.cfg.StopGrace)
+			select {
+			case <-p.exited:
+			case <-reap.C:
+			}
+			reap.Stop()
 		}
 		break
 	}
@@ -365,10 +390,13 @@ func (p *Process) Kill(ctx context.Context) error {
 	var err error
 	p.stopOnce.Do(func() {
 		// Let the reader see EOF and report the death before closing.
+		drain := time.NewTimer(2 * p.cfg.ExitDrain)
 		select {
 		case <-p.conn.Done():
 		case <-ctx.Done():
+		case <-drain.C:
 		}
+		drain.Stop()
 		_ = p.conn.Close()
 		p.stopErr = p.release(ctx)
 	})
@@ -400,6 +428,10 @@ func (p *Process) release(ctx context.Context) error {
 	}
 	closeAll(p.stderrR)
 	<-p.stderrDone
+	select {
+	case <-p.waitDone:
+	case <-ctx.Done():
+	}
 	return p.conn.Wait(ctx)
 }
 

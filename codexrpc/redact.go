@@ -13,7 +13,7 @@ var (
 	ansiRE   = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
 	bearerRE = regexp.MustCompile(`(?i)(bearer)(\s+|%20|\+)[A-Za-z0-9._~+/=\-]+`)
 	skRE     = regexp.MustCompile(`\bsk-[A-Za-z0-9_\-]{6,}`)
-	kvRE     = regexp.MustCompile(`(?i)("?(?:api[_-]?key|access[_-]?token|refresh[_-]?token|id[_-]?token|authorization|password|secret)"?\s*[:=]\s*"?)([^\s",}]+)`)
+	kvRE     = regexp.MustCompile(`(?i)(\\?"?(?:api[_-]?key|access[_-]?token|refresh[_-]?token|id[_-]?token|authorization|password|secret)\\?"?\s*[:=]\s*\\?"?)([^\s",}\\]+)`)
 )
 
 // Redactor removes secrets from text: bearer tokens, sk- API keys, values of
@@ -30,7 +30,7 @@ func (r *Redactor) Add(secrets ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range secrets {
-		if len(s) >= 4 {
+		if len(s) >= 4 && !contains(r.secrets, s) {
 			r.secrets = append(r.secrets, s)
 		}
 	}
@@ -38,6 +38,8 @@ func (r *Redactor) Add(secrets ...string) {
 
 // Redact returns s with ANSI escapes stripped and secrets replaced.
 func (r *Redactor) Redact(s string) string {
+	// Escapes first: a secret split by a colour code must still match.
+	s = ansiRE.ReplaceAllString(s, "")
 	if r != nil {
 		r.mu.RLock()
 		for _, sec := range r.secrets {

@@ -122,7 +122,7 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up waiting for the verdict after this long")
 	o.tls.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return parseError(err)
 	}
 	tlsConf, err := o.tls.config()
 	if err != nil {
@@ -300,7 +300,7 @@ func controlCmd(ctx context.Context, what string, args []string, stdout, stderr 
 	var to tlsOptions
 	to.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return parseError(err)
 	}
 	tlsConf, err := to.config()
 	if err != nil {

@@ -34,7 +34,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	codex := fs.String("codex", "", "codex `PATH` (default: $CODEX_BIN, the project-local install, then PATH)")
 	logLevel := fs.String("log-level", "error", "daemon log level")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return parseError(err)
 	}
 	texts := fs.Args()
 	if len(texts) == 0 {

@@ -47,7 +47,7 @@ func loginCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	af.register(fs, 20*time.Minute)
 	apiKeyStdin := fs.Bool("api-key-stdin", false, "read an OpenAI API key from stdin and store it as the user's credential")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return parseError(err)
 	}
 	if af.user == "" {
 		fmt.Fprintln(stderr, "supervisor login: --user is required")
@@ -140,7 +140,7 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 	var af accountFlags
 	af.register(fs, time.Minute)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return parseError(err)
 	}
 	if af.user == "" {
 		fmt.Fprintf(stderr, "supervisor %s: --user is required\n", name)

@@ -17,6 +17,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal asks for a clean end (a drain, a cancelled login, an
+	// interrupted round); a second one ends the process the usual way.
+	go func() { <-ctx.Done(); stop() }()
 	code := runCLI(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -93,6 +96,15 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		fmt.Fprintf(stderr, "supervisor %s: %v\n", args[0], err)
 		return 1
 	}
+}
+
+// parseError makes a flag parse failure a usage error (exit 2); -h stays
+// a success. The flag package has already printed what was wrong.
+func parseError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return errUsage
 }
 
 // stringList is a repeatable flag.

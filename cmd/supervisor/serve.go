@@ -113,7 +113,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		return parseError(err)
 	}
 	if err := flagsFromEnv(fs, os.LookupEnv); err != nil {
 		fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
@@ -175,15 +175,22 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { <-ctx.Done(); return nil }, func(error) { cancel() })
 	}
+	var stopErr error
 	{ // The daemon: stopping it drains the tree, then closes the listener.
-		stopped := make(chan error, 1)
-		g.Add(func() error { return <-stopped }, func(error) {
+		stopped := make(chan struct{})
+		g.Add(func() error { <-stopped; return nil }, func(error) {
 			log.Info("stopping", "timeout", o.stopTimeout)
-			stopped <- d.stop(o.stopTimeout)
+			stopErr = d.stop(o.stopTimeout)
+			close(stopped)
 		})
 	}
 	if err := g.Run(); err != nil {
 		return err
+	}
+	// run.Group returns the first actor's result (the signal's); a stop
+	// that did not finish in time must still make the exit code non-zero.
+	if stopErr != nil {
+		return stopErr
 	}
 	log.Info("stopped")
 	return nil
