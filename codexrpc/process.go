@@ -343,8 +343,7 @@ func (p *Process) stop(ctx context.Context) error {
 			t.Stop()
 		case <-t.C:
 			if i < len(steps) {
-				_ = syscall.Kill(-p.pid, steps[i])
-				_ = syscall.Kill(p.pid, steps[i]) // in case it left its group
+				signalGroup(p.pid, steps[i])
 				continue
 			}
 			// SIGKILL was sent a grace ago: it can only be exiting.
@@ -355,8 +354,7 @@ func (p *Process) stop(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			// Do not leave it running: kill the group and still reap.
-			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+			signalGroup(p.pid, syscall.SIGKILL)
 			reap := time.NewTimer(p.cfg.StopGrace)
 			select {
 			case <-p.exited:
@@ -433,6 +431,14 @@ func (p *Process) release(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	return p.conn.Wait(ctx)
+}
+
+// signalGroup signals the process group led by pid, once; the pid alone
+// when there is no such group (the CLI left it).
+func signalGroup(pid int, sig syscall.Signal) {
+	if err := syscall.Kill(-pid, sig); err != nil {
+		_ = syscall.Kill(pid, sig)
+	}
 }
 
 func closeAll(fs ...io.Closer) {
