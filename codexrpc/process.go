@@ -379,13 +379,12 @@ func (p *Process) orphans() []procID {
 // Kill SIGKILLs the process group and waits like Stop. Calls still pending
 // end with an *ExitError, as for any unexpected death.
 func (p *Process) Kill(ctx context.Context) error {
-	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	signalGroup(p.pid, syscall.SIGKILL)
 	select {
 	case <-p.exited:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	var err error
 	p.stopOnce.Do(func() {
 		// Let the reader see EOF and report the death before closing.
 		drain := time.NewTimer(2 * p.cfg.ExitDrain)
@@ -398,10 +397,7 @@ func (p *Process) Kill(ctx context.Context) error {
 		_ = p.conn.Close()
 		p.stopErr = p.release(ctx)
 	})
-	if err == nil {
-		err = p.stopErr
-	}
-	return err
+	return p.stopErr
 }
 
 // release waits for the reader goroutines once the process is gone. Closing
