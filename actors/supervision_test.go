@@ -1459,77 +1459,24 @@ func inProcessFake(t *testing.T, fc fakeappserver.Config, hold string, gate <-ch
 // as busy forever: no idle eviction, never an LRU victim) and journal the
 // user's message.
 func TestSupervisionTurnEndBeforeTurnStarted(t *testing.T) {
-	cfg := Config{Homes: t.TempDir(), Workspace: t.TempDir(), Logger: slog.New(slog.DiscardHandler), CallTimeout: waitFor}
-	if err := cfg.setDefaults(); err != nil {
-		t.Fatal(err)
-	}
-	routed := make(chan struct{})
-	client := inProcessFake(t, fakeappserver.Config{}, "turn/start", routed)
-	e, err := actor.NewEngine(actor.NewEngineConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	threads := make(chan string, 4)
-	unsubs := make(chan unsubscribe, 4)
-	journal := make(chan appendTurns, 4)
-	codex := e.SpawnFunc(func(c *actor.Context) {
-		switch m := c.Message().(type) {
-		case acquireClient:
-			m.reply <- clientReady{client: client, gen: 1}
-		case subscribe:
-			threads <- m.threadID
-			params, _ := json.Marshal(map[string]any{"threadId": m.threadID,
-				"turn": map[string]any{"id": "0199a0a0-0000-7000-8000-0000000000aa", "status": "completed", "items": []any{}}})
-			c.Send(m.round, roundNote{note: &codexrpc.Notification{Method: codexrpc.NoteTurnCompleted, Params: params}})
-			close(routed)
-		case unsubscribe:
-			unsubs <- m
-		}
-	}, "codex")
-	registry := e.SpawnFunc(func(c *actor.Context) {
-		switch m := c.Message().(type) {
-		case lookupThread:
-			m.reply <- threadLookup{}
-		case appendTurns:
-			journal <- m
-		}
-	}, "registry")
-	verdicts := make(chan messages.RoundFinished, 1)
-	callerPID := e.SpawnFunc(func(c *actor.Context) {
-		if v, ok := c.Message().(messages.RoundFinished); ok {
-			verdicts <- v
-		}
-	}, "caller")
-	req := roundRequest{StartRound: messages.StartRound{User: "alice", Thread: "mesh/race", Text: "hi", RoundID: "race-1"}, replyTo: callerPID}
-	user := e.SpawnFunc(func(c *actor.Context) {
-		if _, ok := c.Message().(actor.Started); ok {
-			c.SpawnChild(newRoundActor(&cfg, req, "r1", codex, registry), "round", spawnOpts("r1", cfg.Logger, roundPanicked)...)
-		}
-	}, "user")
-	t.Cleanup(func() {
-		for _, pid := range []*actor.PID{user, callerPID, registry, codex} {
-			<-e.Poison(pid).Done()
-		}
+	tree := runStubRound(t, "mesh/race", func(c *actor.Context, m subscribe) {
+		params, _ := json.Marshal(map[string]any{"threadId": m.threadID,
+			"turn": map[string]any{"id": "0199a0a0-0000-7000-8000-0000000000aa", "status": "completed", "items": []any{}}})
+		c.Send(m.round, roundNote{note: &codexrpc.Notification{Method: codexrpc.NoteTurnCompleted, Params: params}})
 	})
-
-	var v messages.RoundFinished
-	select {
-	case v = <-verdicts:
-	case <-time.After(waitFor):
-		t.Fatal("no verdict")
-	}
-	thread := <-threads
+	v := tree.verdict(t)
+	thread := <-tree.threads
 	var bugs []string
 	if v.CodexThreadID != thread {
 		bugs = append(bugs, fmt.Sprintf("the verdict names thread %q, not %q", v.CodexThreadID, thread))
 	}
 	select {
-	case <-unsubs:
+	case <-tree.unsubs:
 	case <-time.After(time.Second):
 		bugs = append(bugs, "the round never unsubscribed from the thread")
 	}
 	select {
-	case <-journal:
+	case <-tree.journal:
 	case <-time.After(time.Second):
 		bugs = append(bugs, "the user's message was not journaled")
 	}
