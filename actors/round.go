@@ -82,7 +82,7 @@ func newRoundActor(cfg *Config, req roundRequest, id string, codex, registry *ac
 // fails: the guard has contained the panic; the round must still end once.
 func roundPanicked(c *actor.Context, v any) {
 	if r, ok := c.Receiver().(*roundActor); ok && !r.done {
-		if r.turnID != "" {
+		if r.currentTurn() != "" {
 			r.interruptTurn(nil) // the turn must not run on without its round
 		}
 		r.finish(messages.StatusFailed, fmt.Sprintf("internal error in the daemon: %v", v), "")
@@ -128,6 +128,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 	case turnStarted:
 		r.turnID, r.turnBegun = m.turnID, true
 		if r.interrupt {
+			r.interrupt = false
 			r.interruptTurn(nil)
 		}
 	case roundNote:
@@ -139,6 +140,10 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.turnBegun = true // the CLI holds the user's message now
 		}
 		events, end := r.mapper.note(m.note)
+		if r.interrupt && r.mapper.turnID != "" {
+			r.interrupt = false // asked before the turn had an id; it has one now
+			r.interruptTurn(nil)
+		}
 		if end != nil && r.mapper.turnID != "" && end.TurnID != "" && end.TurnID != r.mapper.turnID {
 			end = nil // another turn of the thread (an earlier round's): not this round's end
 		}
@@ -233,9 +238,19 @@ func (r *roundActor) flush(all bool) {
 	}
 }
 
+// currentTurn is the round's turn id: from turn/start's answer, or from
+// the turn/started notification when that came first (nothing orders the
+// two).
+func (r *roundActor) currentTurn() string {
+	if r.turnID != "" {
+		return r.turnID
+	}
+	return r.mapper.turnID
+}
+
 // stop interrupts the turn, or asks for that as soon as it has an id.
 func (r *roundActor) stop() {
-	if r.turnID == "" {
+	if r.currentTurn() == "" {
 		r.interrupt = true
 		return
 	}
@@ -245,7 +260,7 @@ func (r *roundActor) stop() {
 // checkStall interrupts a turn that made no progress for StallTimeout, and
 // gives up on it when even the interrupt is not answered.
 func (r *roundActor) checkStall() {
-	if r.done || r.turnID == "" {
+	if r.done || r.currentTurn() == "" {
 		return
 	}
 	switch {
@@ -332,7 +347,7 @@ func (r *roundActor) onInterrupt(c *actor.Context) {
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, Error: "the round has already finished"}, r.log)
 		return
 	}
-	if r.turnID == "" {
+	if r.currentTurn() == "" {
 		r.interrupt = true
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, OK: true}, r.log)
 		return
@@ -343,7 +358,7 @@ func (r *roundActor) onInterrupt(c *actor.Context) {
 // interruptTurn calls turn/interrupt on a goroutine; the verdict comes with
 // turn/completed (interrupted).
 func (r *roundActor) interruptTurn(reply *actor.PID) {
-	client, threadID, turnID := r.client, r.threadID, r.turnID
+	client, threadID, turnID := r.client, r.threadID, r.currentTurn()
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -360,12 +375,12 @@ func (r *roundActor) interruptTurn(reply *actor.PID) {
 
 func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 	sender := c.Sender()
-	if r.done || r.turnID == "" {
+	if r.done || r.currentTurn() == "" {
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, Error: "no running turn to steer yet"}, r.log)
 		return
 	}
 	client, p := r.client, codexrpc.TurnSteerParams{
-		ThreadID: r.threadID, ExpectedTurnID: r.turnID,
+		ThreadID: r.threadID, ExpectedTurnID: r.currentTurn(),
 		Input: codexrpc.TextInput(m.Text), ClientUserMessageID: m.ClientMessageID,
 	}
 	r.wg.Add(1)
