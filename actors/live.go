@@ -45,13 +45,6 @@ func (l *liveSet) remove(pid *actor.PID) {
 	}
 }
 
-// Len is the number of live app-servers.
-func (l *liveSet) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.m)
-}
-
 // victims picks the least recently used idle app-servers other than self,
 // as many as the node is over max (none when it is not).
 func (l *liveSet) victims(self *actor.PID, max int) []*actor.PID {

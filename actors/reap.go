@@ -1,15 +1,12 @@
 package actors
 
 import (
-	"bytes"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/store"
 )
 
@@ -50,59 +47,11 @@ func ReapOrphans(homes string, grace time.Duration, log *slog.Logger) int {
 // for a parent and is left alone.
 func sweepStrays(homes string, log *slog.Logger) int {
 	root := filepath.Clean(homes) + string(filepath.Separator)
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	self, uid := os.Getpid(), os.Getuid()
-	n := 0
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self || pid <= 1 {
-			continue
-		}
-		fi, err := os.Stat("/proc/" + e.Name())
-		if err != nil {
-			continue
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != uid {
-			continue
-		}
-		if ppid, ok := parentOf(pid); !ok || ppid != 1 {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil {
-			continue
-		}
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			home, ok := strings.CutPrefix(string(kv), "CODEX_HOME=")
-			if ok && strings.HasPrefix(filepath.Clean(home)+string(filepath.Separator), root) {
-				if syscall.Kill(pid, syscall.SIGKILL) == nil {
-					n++
-					log.Warn("ended a process a previous daemon's codex left running", "pid", pid)
-				}
-				break
-			}
-		}
+	n := codexrpc.KillOrphans(func(home string) bool {
+		return strings.HasPrefix(filepath.Clean(home)+string(filepath.Separator), root)
+	})
+	if n > 0 {
+		log.Warn("ended processes a previous daemon's codex left running", "count", n)
 	}
 	return n
-}
-
-// parentOf reads a process's parent pid from /proc/PID/stat.
-func parentOf(pid int) (int, bool) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := bytes.Fields(data[i+1:])
-	if len(f) < 2 {
-		return 0, false
-	}
-	ppid, err := strconv.Atoi(string(f[1]))
-	return ppid, err == nil
 }

@@ -85,16 +85,21 @@ func killIfSame(ps []procID) {
 // app-server's own start): what an app-server of that home left behind
 // when a helper double-forked or its parent died first.
 func orphansOf(home string, since uint64) []procID {
+	return orphans(func(h string) bool { return h == home }, since)
+}
+
+// orphans lists this user's orphans (parent init), started no earlier than
+// since, whose CODEX_HOME satisfies match.
+func orphans(match func(codexHome string) bool, since uint64) []procID {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	want := []byte(envCodexHome + home)
-	uid := os.Getuid()
+	uid, self := os.Getuid(), os.Getpid()
 	var out []procID
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if err != nil || pid <= 1 || pid == self {
 			continue
 		}
 		ppid, start, ok := procStat(pid)
@@ -113,11 +118,22 @@ func orphansOf(home string, since uint64) []procID {
 			continue
 		}
 		for _, kv := range bytes.Split(env, []byte{0}) {
-			if bytes.Equal(kv, want) {
-				out = append(out, procID{pid, start})
+			if home, ok := bytes.CutPrefix(kv, []byte(envCodexHome)); ok {
+				if match(string(home)) {
+					out = append(out, procID{pid, start})
+				}
 				break
 			}
 		}
 	}
 	return out
+}
+
+// KillOrphans SIGKILLs this user's orphaned processes (parent init) whose
+// CODEX_HOME satisfies match, each only while it is still the process that
+// was found (pid and start time), and reports how many it signalled.
+func KillOrphans(match func(codexHome string) bool) int {
+	found := orphans(match, 0)
+	killIfSame(found)
+	return len(found)
 }
