@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/anthdm/hollywood/actor"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/store"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // maxEarlyNotes bounds the notifications kept for threads no round has
@@ -34,10 +34,9 @@ var ErrUnavailable = errors.New("codex app-server unavailable")
 
 // Messages the codex actor sends itself.
 type (
-	startNow  struct{ gen uint64 }
-	tick      struct{}
-	evictNow  struct{}
-	evictDone struct{}
+	startNow struct{ gen uint64 }
+	tick     struct{}
+	evictNow struct{}
 )
 
 // codexActor owns one user's `codex app-server` process and its connection.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/anthdm/hollywood/actor"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // gate counts the rounds admitted and not yet given a verdict, so that a

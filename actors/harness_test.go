@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anthdm/hollywood/actor"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // harness is a daemon's actor tree on a local engine, with the real CLI

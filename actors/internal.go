@@ -1,10 +1,10 @@
 package actors
 
 import (
-	"github.com/anthdm/hollywood/actor"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // Messages between the daemon's own actors. They never cross the remote.

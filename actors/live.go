@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/anthdm/hollywood/actor"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // liveSet is the node's table of live app-servers, shared by the users'

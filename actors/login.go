@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/anthdm/hollywood/actor"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // loginActor owns a user's credentials: the ChatGPT device-code session

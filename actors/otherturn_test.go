@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anthdm/hollywood/actor"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // stubTree is one round actor between stand-ins for its user, codex and

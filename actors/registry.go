@@ -6,8 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/anthdm/hollywood/actor"
 	"github.com/meshweaver/supervisor/store"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // registryActor is the one writer of a user's thread records and turn

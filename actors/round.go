@@ -9,10 +9,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/anthdm/hollywood/actor"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // roundActor runs one round: a driver goroutine opens the thread (resume,

@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anthdm/hollywood/actor"
-	"github.com/anthdm/hollywood/remote"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"

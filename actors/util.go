@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/anthdm/hollywood/actor"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // Version is the daemon's version, sent as clientInfo.version.

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"runtime/debug"
 
-	"github.com/anthdm/hollywood/actor"
 	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // deliver sends msg to pid: the struct as it is to a local actor, wrapped in

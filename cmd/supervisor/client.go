@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/anthdm/hollywood/actor"
-	"github.com/anthdm/hollywood/remote"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 
 	"github.com/meshweaver/supervisor/messages"
 )

@@ -9,9 +9,9 @@ import (
 	"net"
 	"time"
 
-	"github.com/anthdm/hollywood/actor"
-	"github.com/anthdm/hollywood/remote"
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
 
 // daemon is the running actor tree behind its remote listener.

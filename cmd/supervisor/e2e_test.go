@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -1163,10 +1162,6 @@ func TestBinaryServeAndRound(t *testing.T) {
 // goTool is the go command of the toolchain running the tests.
 func goTool(t *testing.T) string {
 	t.Helper()
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err == nil {
-		return p
-	}
 	p, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("no go command: %v", err)

@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +24,7 @@ import (
 func buildSupervisor(dir string) (string, string) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", err.Error()
 	}
 	out := filepath.Join(dir, "supervisor")
 	args := []string{"build", "-o", out}
@@ -283,6 +281,3 @@ func (l *logTail) line(b []byte) {
 		l.warns[rec.Msg]++
 	}
 }
-
-// errNotServing is returned when a daemon is needed and none runs.
-var errNotServing = errors.New("no daemon is serving")

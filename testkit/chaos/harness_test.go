@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anthdm/hollywood/actor"
-	"github.com/anthdm/hollywood/remote"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"

@@ -4,7 +4,7 @@ import (
 	"runtime"
 	"sync/atomic"
 
-	"github.com/anthdm/hollywood/ringbuffer"
+	"github.com/meshweaver/supervisor/third_party/hollywood/ringbuffer"
 )
 
 const (

@@ -4,7 +4,7 @@ import (
 	"crypto/tls"
 	"log/slog"
 
-	"github.com/anthdm/hollywood/actor"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 type streamDeliver struct {
