@@ -286,6 +286,9 @@ func (a *codexActor) acquire(m acquireClient) {
 			ErrUnavailable, a.cfg.RestartLimit, a.cfg.RestartWindow, a.coolUntil.Format(time.TimeOnly))}
 		return
 	}
+	if m.starting != nil {
+		a.engine.Send(m.starting, appServerStarting{})
+	}
 	a.waiters = append(a.waiters, m)
 	if !a.starting {
 		a.start()

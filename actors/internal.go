@@ -32,7 +32,14 @@ type acquireClient struct {
 	// secrets the process may be handed (an MCP bearer token): redacted
 	// from its stderr from now on.
 	secrets []string
+	// starting, if set, is told appServerStarting when the request has to
+	// wait for a process to start.
+	starting *actor.PID
 }
+
+// appServerStarting tells an acquireClient's starting PID that the user's
+// app-server is being started for it.
+type appServerStarting struct{}
 
 // releaseClient gives back a lease taken on the process of generation gen.
 type releaseClient struct{ gen uint64 }

@@ -18,6 +18,7 @@ type Metrics struct {
 	Logins         *prometheus.CounterVec // device-code logins by outcome: success, failure
 	RemoteRejected *prometheus.CounterVec // messages refused by reason: unknown, malformed, invalid
 	Users          prometheus.Gauge       // user actors alive
+	RoundsInFlight prometheus.Gauge       // rounds running: started, no verdict yet
 }
 
 // NewMetrics makes the collectors and registers them with reg (nil: not
@@ -56,12 +57,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "supervisor_remote_rejected_total", Help: "Remote messages refused, by reason.",
 		}, []string{"reason"}),
 		Users: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "supervisor_users", Help: "User actors alive.",
+			Name: "supervisor_users", Help: "Users active on this node: user actors alive.",
 		}),
+		RoundsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "supervisor_rounds_in_flight", Help: "Rounds running now: started and not yet given their verdict (queued ones excluded).",
+		}),
+	}
+	// Every label set exists from the start at zero, so that rate() and
+	// alerts see a series before its first event.
+	for _, s := range []string{"completed", "failed", "interrupted", "busy", "unavailable", "rejected"} {
+		m.Rounds.WithLabelValues(s)
+	}
+	for _, r := range []string{"idle", "cap"} {
+		m.Evictions.WithLabelValues(r)
+	}
+	for _, o := range []string{"success", "failure"} {
+		m.Logins.WithLabelValues(o)
+	}
+	for _, r := range []string{"unknown", "malformed", "invalid"} {
+		m.RemoteRejected.WithLabelValues(r)
 	}
 	if reg != nil {
 		reg.MustRegister(m.Rounds, m.FirstDelta, m.RoundDuration, m.LiveAppServers, m.Starts,
-			m.Deaths, m.Restarts, m.Evictions, m.Logins, m.RemoteRejected, m.Users)
+			m.Deaths, m.Restarts, m.Evictions, m.Logins, m.RemoteRejected, m.Users, m.RoundsInFlight)
 	}
 	return m
 }

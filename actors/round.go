@@ -101,6 +101,8 @@ func (r *roundActor) Receive(c *actor.Context) {
 		if r.req.replyTo != nil && r.req.replyTo.Address != c.Engine().Address() {
 			c.Engine().Subscribe(c.PID()) // to learn when the caller is unreachable
 		}
+		r.cfg.Metrics.RoundsInFlight.Inc()
+		r.log.Info("round started", "resumable", r.req.History != nil)
 		r.wg.Add(1)
 		go r.drive(ctx)
 	case actor.Stopped:
@@ -120,6 +122,10 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.callerGone = true
 			r.pending = nil
 			r.stop()
+		}
+	case appServerStarting:
+		if !r.done {
+			r.emit(messages.RoundEvent{Kind: messages.KindStatus, Text: messages.StatusStartingCodex})
 		}
 	case clientReady:
 		r.client = m.client
@@ -316,8 +322,10 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 	}
 
 	r.ticker.Stop()
+	took := time.Since(r.startedAt)
+	r.cfg.Metrics.RoundsInFlight.Dec()
 	r.cfg.Metrics.Rounds.WithLabelValues(string(status)).Inc()
-	r.cfg.Metrics.RoundDuration.Observe(time.Since(r.startedAt).Seconds())
+	r.cfg.Metrics.RoundDuration.Observe(took.Seconds())
 	if r.req.replyTo != nil && r.req.replyTo.Address != r.engine.Address() {
 		r.engine.Unsubscribe(r.self)
 	}
@@ -329,7 +337,7 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 			Resumed: r.resumed, FellBack: r.fellBack,
 		}, r.log)
 	}
-	r.log.Info("round finished", "status", status, "resumed", r.resumed, "fell_back", r.fellBack)
+	r.log.Info("round finished", "status", status, "duration", took, "resumed", r.resumed, "fell_back", r.fellBack)
 	if r.turnBegun {
 		// The CLI keeps the user's message in the thread whatever the end;
 		// the journal keeps what the transcript fallback needs.
@@ -407,7 +415,7 @@ func (r *roundActor) drive(ctx context.Context) {
 	// A start may wait out a backoff, then exec and initialize (itself
 	// bounded by CallTimeout).
 	ready, err := ask(ctx, acquireWait(r.cfg), r.engine, r.codex, func(ch chan clientReady) any {
-		return acquireClient{lease: true, reply: ch, secrets: []string{r.req.MCPToken}}
+		return acquireClient{lease: true, reply: ch, secrets: []string{r.req.MCPToken}, starting: r.self}
 	})
 	if err != nil {
 		fail(messages.StatusUnavailable, fmt.Errorf("codex app-server did not become ready: %w", err))

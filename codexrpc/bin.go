@@ -14,9 +14,30 @@ import (
 // scripts/install-codex installs the pinned CLI into.
 const LocalInstallDir = ".codex-cli"
 
-// ResolveBinary finds the codex executable: explicit when given, else the
-// CODEX_BIN environment variable, else the project-local install (searched
-// from the working directory upwards), else "codex" on PATH. When the path is
+// ResolveInstalled finds the codex executable the way a daemon in
+// production does, explicitly: explicit when given (serve's --codex), else
+// the CODEX_BIN environment variable, else "codex" on PATH. Unlike
+// ResolveBinary it never searches the working directory's parents for a
+// developer tree's install. A Node shim is mapped to its native binary.
+func ResolveInstalled(explicit string) (string, error) {
+	candidate := explicit
+	if candidate == "" {
+		candidate = os.Getenv("CODEX_BIN")
+	}
+	if candidate == "" {
+		p, err := exec.LookPath("codex")
+		if err != nil {
+			return "", errors.New("codex CLI not found: give --codex, set CODEX_BIN, or put codex on PATH")
+		}
+		candidate = p
+	}
+	return checkBinary(candidate)
+}
+
+// ResolveBinary finds the codex executable for the demo and the tests:
+// explicit when given, else the CODEX_BIN environment variable, else the
+// project-local install (searched from the working directory upwards),
+// else "codex" on PATH. When the path is
 // the npm Node shim, the native binary it wraps is returned instead: killing
 // a shim can leave the native process running, and it costs a Node start.
 func ResolveBinary(explicit string) (string, error) {
@@ -34,6 +55,12 @@ func ResolveBinary(explicit string) (string, error) {
 		}
 		candidate = p
 	}
+	return checkBinary(candidate)
+}
+
+// checkBinary makes candidate absolute, maps a Node shim to its native
+// binary and checks that the result is an executable file.
+func checkBinary(candidate string) (string, error) {
 	abs, err := filepath.Abs(candidate)
 	if err != nil {
 		return "", fmt.Errorf("resolving codex binary: %w", err)

@@ -6,6 +6,11 @@ import (
 	"strings"
 )
 
+// PinnedCLIVersion is the codex CLI version the project is built and
+// tested against; scripts/install-codex installs it (a test keeps the two
+// equal).
+const PinnedCLIVersion = "0.169.0"
+
 // Version is the CLI's semantic version.
 type Version struct {
 	Major, Minor, Patch int

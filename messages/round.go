@@ -78,7 +78,15 @@ const (
 	KindNotice     EventKind = "notice"      // Text is an informational notice.
 	KindError      EventKind = "error"       // Text is a non-fatal error; the verdict is in RoundFinished.
 	KindQuestion   EventKind = "question"    // Text is a question codex asks the user.
+	// KindStatus: Text says what the daemon does before the turn runs;
+	// "starting codex" while the user's app-server starts (seconds on a
+	// first round), so that a caller can say so instead of showing nothing.
+	KindStatus EventKind = "status"
 )
+
+// StatusStartingCodex is the Text of the KindStatus event a round sends
+// while its user's codex app-server starts.
+const StatusStartingCodex = "starting codex"
 
 // RoundEvent is one step of a running round, sent to the ReplyTo of its
 // [StartRound] between the start and the [RoundFinished].

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 
@@ -104,11 +106,54 @@ type roundOptions struct {
 	timeout                    time.Duration
 }
 
+// Exit codes of `round`, one per verdict status, so that a script can tell
+// them apart. A status this caller does not know counts as failed.
+const (
+	exitFailed      = 1 // failed, or a status this version does not know; also any other error
+	exitInterrupted = 3
+	exitBusy        = 4
+	exitUnavailable = 5
+	exitRejected    = 6
+	exitNoVerdict   = 7 // no verdict: the daemon unreachable, refusing the message, or the --timeout passed
+)
+
+// roundExit is the exit code of a verdict status.
+func roundExit(s messages.VerdictStatus) int {
+	switch s {
+	case messages.StatusCompleted:
+		return 0
+	case messages.StatusInterrupted:
+		return exitInterrupted
+	case messages.StatusBusy:
+		return exitBusy
+	case messages.StatusUnavailable:
+		return exitUnavailable
+	case messages.StatusRejected:
+		return exitRejected
+	}
+	return exitFailed
+}
+
+const roundUsage = `usage: supervisor round --user ID --thread KEY [flags] MESSAGE...
+
+Sends one chat round to the daemon and streams its answer: the text to
+stdout, reasoning, tools and the final status line to stderr ("--json":
+one JSON object a line on stdout, each with "type", "round_id" and "time",
+the fields named as on the wire). Flags may follow the message; "--" ends
+them. The MCP bearer token comes from $SUPERVISOR_MCP_TOKEN; --addr and
+--tls-* default to $SUPERVISOR_ADDR and $SUPERVISOR_TLS_CERT, _KEY, _CA.
+
+Exit status: 0 completed, 1 failed (or another error), 2 usage,
+3 interrupted, 4 busy, 5 unavailable, 6 rejected, 7 no verdict (daemon
+unreachable, message refused, or --timeout passed).
+
+`
+
 func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("round", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o roundOptions
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:4100", "`HOST:PORT` of the daemon")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:4100", "`HOST:PORT` of the daemon (default from $SUPERVISOR_ADDR)")
 	fs.StringVar(&o.listen, "listen", "", "`HOST:PORT` this caller listens on for replies (default: a free loopback port)")
 	fs.StringVar(&o.user, "user", "", "mesh user id (required)")
 	fs.StringVar(&o.thread, "thread", "", "mesh thread key (required)")
@@ -121,14 +166,16 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.roundID, "round-id", "", "round id (default: minted by the daemon)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up waiting for the verdict after this long")
 	o.tls.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), roundUsage); fs.PrintDefaults() }
+	words, err := parseCaller(fs, args, someArgs)
+	if err != nil {
+		return err
 	}
 	tlsConf, err := o.tls.config()
 	if err != nil {
 		return err
 	}
-	text := strings.Join(fs.Args(), " ")
+	text := strings.Join(words, " ")
 	if o.user == "" || o.thread == "" || text == "" {
 		fmt.Fprintln(stderr, "supervisor round: --user, --thread and a message are required")
 		return errUsage
@@ -146,16 +193,16 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		AutoApprove: o.autoApprove, MCPURL: o.mcpURL, MCPToken: os.Getenv("SUPERVISOR_MCP_TOKEN"),
 		Model: o.model, Effort: o.effort, DeveloperInstructions: o.instructions,
 	}
+	p := &printer{w: stdout, errw: stderr, json: o.json, roundID: o.roundID, start: time.Now()}
 	if err := c.send(req); err != nil {
 		return err
 	}
-	p := &printer{w: stdout, errw: stderr, json: o.json}
 	v, err := c.awaitVerdict(ctx, o, p)
 	if err != nil {
-		return err
+		return exitError{code: exitNoVerdict, err: err}
 	}
-	if v.Status != messages.StatusCompleted {
-		return exitError{code: 1}
+	if code := roundExit(v.Status); code != 0 {
+		return exitError{code: code}
 	}
 	return nil
 }
@@ -202,37 +249,82 @@ func (c *remoteClient) awaitVerdict(ctx context.Context, o roundOptions, p *prin
 	}
 }
 
-// printer writes a round's events: the answer text to stdout as it
-// streams, the rest as short lines on stderr; or everything as JSON lines.
+// printer writes a round's events for a person: the answer text to w as it
+// streams; reasoning gathered into whole lines, tools, notices and a final
+// status line (status, duration, tokens) on errw. With json, one JSON
+// object a line on w instead, named as on the wire.
 type printer struct {
 	w, errw io.Writer
 	json    bool
-	midLine bool
+	roundID string
+	start   time.Time
+
+	midLine   bool
+	reasoning strings.Builder // reasoning deltas not printed yet
+	reasonID  string          // the item they belong to
+	usage     *messages.Usage // the latest token counts
 }
 
 func (p *printer) event(e messages.RoundEvent) {
+	if e.Usage != nil {
+		p.usage = e.Usage
+	}
 	if p.json {
-		p.writeJSON(eventJSON(e))
+		p.writeJSON(string(e.Kind), e)
 		return
 	}
+	if e.Kind == messages.KindReasoning && (p.reasoning.Len() == 0 || e.ItemID == p.reasonID) {
+		p.reasonID = e.ItemID
+		p.reasoning.WriteString(e.Text)
+		return
+	}
+	p.flushReasoning()
 	switch e.Kind {
 	case messages.KindText:
 		fmt.Fprint(p.w, e.Text)
 		p.midLine = !strings.HasSuffix(e.Text, "\n")
 		return
-	case messages.KindReasoning:
-		p.note("thinking: " + e.Text)
+	case messages.KindReasoning: // a new reasoning item
+		p.reasonID = e.ItemID
+		p.reasoning.WriteString(e.Text)
+	case messages.KindStatus:
+		p.note(e.Text + "…")
 	case messages.KindToolCall:
 		p.note(fmt.Sprintf("tool %s %s", e.Tool.Name, e.Tool.Args))
 	case messages.KindToolResult:
 		s := fmt.Sprintf("tool %s done", e.Result.Name)
+		if e.Result.ExitCode != nil {
+			s += fmt.Sprintf(" (exit %d)", *e.Result.ExitCode)
+		}
 		if e.Result.Failed {
 			s = fmt.Sprintf("tool %s failed: %s", e.Result.Name, e.Result.Fault)
+		}
+		if out := strings.TrimSpace(e.Result.Output); out != "" && !e.Result.Failed {
+			s += ":\n" + indent(out)
 		}
 		p.note(s)
 	case messages.KindNotice, messages.KindError, messages.KindQuestion:
 		p.note(string(e.Kind) + ": " + e.Text)
 	}
+}
+
+// flushReasoning prints the reasoning gathered so far, one line per
+// paragraph.
+func (p *printer) flushReasoning() {
+	if p.reasoning.Len() == 0 {
+		return
+	}
+	text := p.reasoning.String()
+	p.reasoning.Reset()
+	for _, para := range strings.Split(text, "\n\n") {
+		if para = strings.Join(strings.Fields(para), " "); para != "" {
+			p.note("thinking: " + para)
+		}
+	}
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
 }
 
 func (p *printer) note(s string) {
@@ -245,53 +337,65 @@ func (p *printer) note(s string) {
 
 func (p *printer) done(v messages.RoundFinished) {
 	if p.json {
-		p.writeJSON(map[string]any{"type": "done", "status": v.Status, "error": v.Error,
-			"codex_error_info": v.CodexErrorInfo, "codex_thread_id": v.CodexThreadID,
-			"resumed": v.Resumed, "fell_back": v.FellBack})
+		p.writeJSON("done", v)
 		return
 	}
+	p.flushReasoning()
 	if p.midLine {
 		fmt.Fprintln(p.w)
 		p.midLine = false
 	}
-	if v.Status != messages.StatusCompleted {
-		fmt.Fprintf(p.errw, "[round %s: %s]\n", v.Status, v.Error)
+	line := fmt.Sprintf("round %s in %.1fs", v.Status, time.Since(p.start).Seconds())
+	if u := p.usage; u != nil {
+		line += fmt.Sprintf(", tokens: %d in (%d cached), %d out (%d reasoning)",
+			u.InputTokens, u.CachedInputTokens, u.OutputTokens, u.ReasoningOutputTokens)
 	}
+	if v.Error != "" {
+		line += ": " + v.Error
+	}
+	fmt.Fprintf(p.errw, "[%s]\n", line)
 }
 
-func (p *printer) writeJSON(v any) {
-	b, err := json.Marshal(v)
+// writeJSON prints v (a wire message) as one JSON object: its fields under
+// their wire (msgpack) names, plus "type", "round_id" and "time".
+func (p *printer) writeJSON(typ string, v any) {
+	m, err := wireMap(v)
+	if err != nil {
+		m = map[string]any{"error": err.Error()}
+	}
+	m["type"] = typ
+	m["round_id"] = p.roundID
+	m["time"] = time.Now().UTC().Format(time.RFC3339Nano)
+	b, err := json.Marshal(m)
 	if err != nil {
 		return
 	}
 	fmt.Fprintln(p.w, string(b))
 }
 
-func eventJSON(e messages.RoundEvent) map[string]any {
-	m := map[string]any{"type": string(e.Kind), "seq": e.Seq}
-	if e.Text != "" {
-		m["text"] = e.Text
+// wireMap is v's fields under their wire names, nested values included:
+// v through msgpack and back into maps, so JSON output never shows a Go
+// field name.
+func wireMap(v any) (map[string]any, error) {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, err
 	}
-	if e.ItemID != "" {
-		m["item_id"] = e.ItemID
+	var m map[string]any
+	if err := msgpack.Unmarshal(b, &m); err != nil {
+		return nil, err
 	}
-	if e.Tool != nil {
-		m["tool"] = e.Tool
+	if m == nil {
+		m = map[string]any{}
 	}
-	if e.Result != nil {
-		m["result"] = e.Result
-	}
-	if e.Usage != nil {
-		m["usage"] = e.Usage
-	}
-	return m
+	return m, nil
 }
 
 // controlCmd sends an interrupt or a steer and prints the answer.
 func controlCmd(ctx context.Context, what string, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet(what, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", "127.0.0.1:4100", "`HOST:PORT` of the daemon")
+	addr := fs.String("addr", "127.0.0.1:4100", "`HOST:PORT` of the daemon (default from $SUPERVISOR_ADDR)")
 	listen := fs.String("listen", "", "`HOST:PORT` this caller listens on for the answer")
 	user := fs.String("user", "", "mesh user id (required)")
 	thread := fs.String("thread", "", "mesh thread key (required)")
@@ -299,14 +403,19 @@ func controlCmd(ctx context.Context, what string, args []string, stdout, stderr 
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the answer")
 	var to tlsOptions
 	to.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	policy := noArgs
+	if what == "steer" {
+		policy = someArgs
+	}
+	words, err := parseCaller(fs, args, policy)
+	if err != nil {
+		return err
 	}
 	tlsConf, err := to.config()
 	if err != nil {
 		return err
 	}
-	text := strings.Join(fs.Args(), " ")
+	text := strings.Join(words, " ")
 	if *user == "" || *thread == "" || (what == "steer" && text == "") {
 		fmt.Fprintf(stderr, "supervisor %s: --user and --thread are required (and a message to steer with)\n", what)
 		return errUsage

@@ -33,10 +33,10 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("dir", "", "keep homes and workspace in `DIR` (default: a temporary folder, removed afterwards)")
 	codex := fs.String("codex", "", "codex `PATH` (default: $CODEX_BIN, the project-local install, then PATH)")
 	logLevel := fs.String("log-level", "error", "daemon log level")
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	texts, err := parseArgs(fs, args, someArgs)
+	if err != nil {
+		return err
 	}
-	texts := fs.Args()
 	if len(texts) == 0 {
 		texts = demoMessages
 	}
@@ -60,7 +60,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer model.Close()
-	log, err := newLogger(stderr, "auto", *logLevel)
+	log, _, err := newLogger(stderr, "auto", *logLevel)
 	if err != nil {
 		return err
 	}
@@ -111,3 +111,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// demoResponder is the embedded demo model of `demo` and `serve
+// --demo-model`.
+func demoResponder() mockmodel.Responder { return mockmodel.DemoResponder }

@@ -21,7 +21,7 @@ type accountFlags struct {
 }
 
 func (a *accountFlags) register(fs *flag.FlagSet, timeout time.Duration) {
-	fs.StringVar(&a.addr, "addr", "127.0.0.1:4100", "`HOST:PORT` of the daemon")
+	fs.StringVar(&a.addr, "addr", "127.0.0.1:4100", "`HOST:PORT` of the daemon (default from $SUPERVISOR_ADDR)")
 	fs.StringVar(&a.listen, "listen", "", "`HOST:PORT` this caller listens on for answers (default: a free loopback port)")
 	fs.StringVar(&a.user, "user", "", "mesh user id (required)")
 	fs.DurationVar(&a.timeout, "timeout", timeout, "how long to wait for the daemon")
@@ -46,8 +46,8 @@ func loginCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	var af accountFlags
 	af.register(fs, 20*time.Minute)
 	apiKeyStdin := fs.Bool("api-key-stdin", false, "read an OpenAI API key from stdin and store it as the user's credential")
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	if _, err := parseCaller(fs, args, noArgs); err != nil {
+		return err
 	}
 	if af.user == "" {
 		fmt.Fprintln(stderr, "supervisor login: --user is required")
@@ -139,8 +139,8 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.SetOutput(stderr)
 	var af accountFlags
 	af.register(fs, time.Minute)
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	if _, err := parseCaller(fs, args, noArgs); err != nil {
+		return err
 	}
 	if af.user == "" {
 		fmt.Fprintf(stderr, "supervisor %s: --user is required\n", name)

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -37,22 +38,41 @@ commands:
   logout      clear a user's stored credential and codex login
   models      list the models a user's codex offers
   account     show a user's codex account
+  version     print the version, commit, Go version and pinned codex CLI
+  help        show a command's flags: supervisor help <command>
 
-Run "supervisor <command> -h" for a command's flags.
+Flags may come before or after a command's words; "--" ends them.
+Run "supervisor help <command>" for a command's flags.
 `
 
 // errUsage marks a command-line mistake: exit code 2.
 var errUsage = errors.New("usage")
 
-// exitError carries a specific exit code.
-type exitError struct{ code int }
+// exitError carries a specific exit code, and an error to print if err is
+// set (else the command printed what it had to say).
+type exitError struct {
+	code int
+	err  error
+}
 
-func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+func (e exitError) Error() string {
+	if e.err != nil {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("exit %d", e.code)
+}
 
 func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
+	}
+	if args[0] == "help" && len(args) > 1 { // help <command> is <command> --help
+		if len(args) > 2 {
+			fmt.Fprintf(stderr, "supervisor help: one command at a time, got %s\n", quoteAll(args[1:]))
+			return 2
+		}
+		args = []string{args[1], "--help"}
 	}
 	// Callers print their own errors; hollywood's dial retries would only
 	// repeat them on stderr.
@@ -62,7 +82,7 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var err error
 	switch args[0] {
 	case "serve":
-		err = serve(ctx, args[1:], stderr)
+		err = serve(ctx, args[1:], stdout, stderr)
 	case "demo":
 		err = demo(ctx, args[1:], stdout, stderr)
 	case "round":
@@ -75,6 +95,8 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		err = loginCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "logout", "models", "account":
 		err = simpleCmd(ctx, args[0], args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		err = versionCmd(args[0], args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -91,6 +113,9 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	case errors.Is(err, errUsage):
 		return 2
 	case errors.As(err, &ee):
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "supervisor %s: %v\n", args[0], ee.err)
+		}
 		return ee.code
 	default:
 		fmt.Fprintf(stderr, "supervisor %s: %v\n", args[0], err)
@@ -98,13 +123,29 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 }
 
-// parseError makes a flag parse failure a usage error (exit 2); -h stays
-// a success. The flag package has already printed what was wrong.
-func parseError(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
+// versionCmd prints the build: one line, or JSON with --json.
+func versionCmd(name string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the build as one JSON object: version, commit, goversion, codex")
+	if name != "version" { // --version takes nothing more
+		fs = flag.NewFlagSet("version", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+	}
+	if _, err := parseArgs(fs, args, noArgs); err != nil {
 		return err
 	}
-	return errUsage
+	bi := readBuildInfo()
+	if *asJSON {
+		b, err := json.Marshal(bi)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, string(b))
+		return nil
+	}
+	fmt.Fprintln(stdout, bi)
+	return nil
 }
 
 // stringList is a repeatable flag.

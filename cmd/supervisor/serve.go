@@ -2,19 +2,24 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/oklog/run"
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/testkit/codexhome"
+	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // serveOptions are the daemon's settings.
@@ -39,6 +44,7 @@ type serveOptions struct {
 	stallTimeout   time.Duration
 	loginGrant     time.Duration
 	tls            tlsOptions
+	op             operatorOptions
 }
 
 func serveFlags(fs *flag.FlagSet) *serveOptions {
@@ -63,6 +69,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.DurationVar(&o.stallTimeout, "stall-timeout", 10*time.Minute, "interrupt a turn that made no progress for this long")
 	fs.DurationVar(&o.loginGrant, "login-grant", 15*time.Minute, "cancel a device-code login not approved within this long")
 	o.tls.register(fs)
+	o.op.register(fs)
 	return o
 }
 
@@ -104,47 +111,49 @@ func (o *serveOptions) validate() error {
 	return errors.Join(errs...)
 }
 
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	o := serveFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: supervisor serve [flags]\n\nEvery flag can also be set in the environment as SUPERVISOR_<NAME>\n(upper case, dashes as underscores; a flag on the command line wins).\nRepeatable flags take a comma-separated list there.\n\n")
-		fs.PrintDefaults()
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := loadServeOptions(args, os.LookupEnv, stderr)
+	if err != nil {
+		return err
 	}
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	if o.op.check {
+		fmt.Fprintln(stdout, "supervisor serve: the settings are valid")
+		return nil
 	}
-	if err := flagsFromEnv(fs, os.LookupEnv); err != nil {
-		fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
-		return errUsage
-	}
-	if err := o.validate(); err != nil {
-		fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
-		return errUsage
-	}
-	log, err := newLogger(stderr, o.logFormat, o.logLevel)
+	log, level, err := newLogger(stderr, o.logFormat, o.logLevel)
 	if err != nil {
 		return err
 	}
 	slog.SetDefault(log) // hollywood logs through the default logger too
-	bin, err := codexrpc.ResolveBinary(o.codex)
-	if err != nil {
-		return err
+	bi := readBuildInfo()
+	var overrides []string
+	bin := o.op.codexBin
+	if o.op.demoModel { // The embedded demo model, for trying the CLI by hand.
+		model, err := mockmodel.Start(mockmodel.Options{Responder: demoResponder()})
+		if err != nil {
+			return err
+		}
+		defer model.Close()
+		overrides = codexhome.Overrides(model.URL())
+		log.Warn("serving on the embedded DEMO model: no real model answers", "model", model.URL())
 	}
 	// A daemon killed outright leaves its app-servers behind: end them
 	// before any new one starts in the same homes.
 	if n := actors.ReapOrphans(o.homes, 2*time.Second, log); n > 0 {
 		log.Warn("ended app-servers left by a previous instance", "count", n)
 	}
-	tlsConf, err := o.tls.config()
-	if err != nil {
-		return err
+	var tlsConf *tls.Config
+	var certs *tlsReloader
+	if o.tls.enabled() {
+		if certs, tlsConf, err = newTLSReloader(o.tls); err != nil {
+			return err
+		}
 	}
 	reg := newRegistry()
+	reg.MustRegister(bi.gauge())
 	d, err := startDaemon(o.listen, tlsConf, actors.Config{
 		Homes: o.homes, Workspace: o.workspace, CodexBin: bin,
-		Overrides: o.overrides, CodexEnv: o.codexEnv,
+		Overrides: append(overrides, o.overrides...), CodexEnv: o.codexEnv,
 		Sandbox: o.sandbox, ApprovalPolicy: o.approval,
 		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit,
 		IdleTimeout: o.idleTimeout, MaxLive: o.maxLive, StallTimeout: o.stallTimeout,
@@ -153,7 +162,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log.Info("supervisor serving", "listen", o.listen, "tls", tlsConf != nil, "codex", bin, "homes", o.homes)
+	log.Info("supervisor serving", "listen", o.listen, "tls", tlsConf != nil, "codex", bin, "homes", o.homes,
+		"version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion, "codex_pinned", bi.Codex)
 
 	var g run.Group
 	if o.metricsListen != "" { // Metrics and health: first up, last down.
@@ -175,10 +185,27 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { <-ctx.Done(); return nil }, func(error) { cancel() })
 	}
+	{ // SIGHUP reloads what can change while serving: the TLS files and the log level.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		quit := make(chan struct{})
+		g.Add(func() error {
+			for {
+				select {
+				case <-hup:
+					reload(args, o, level, certs, log)
+				case <-quit:
+					return nil
+				}
+			}
+		}, func(error) { signal.Stop(hup); close(quit) })
+	}
+	notify("READY=1")
 	var stopErr error
 	{ // The daemon: stopping it drains the tree, then closes the listener.
 		stopped := make(chan struct{})
 		g.Add(func() error { <-stopped; return nil }, func(error) {
+			notify("STOPPING=1")
 			log.Info("stopping", "timeout", o.stopTimeout)
 			stopErr = d.stop(o.stopTimeout)
 			close(stopped)
@@ -194,6 +221,63 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// loadServeOptions reads serve's settings from its command line, then the
+// environment (SUPERVISOR_<NAME>), then the --config file, each source
+// filling only what the ones before left unset, and validates them in one
+// pass. Every problem is printed to stderr; the error is then errUsage
+// (exit 2). -h gives flag.ErrHelp.
+func loadServeOptions(args []string, lookup func(string) (string, bool), stderr io.Writer) (*serveOptions, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := serveFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: supervisor serve [flags]\n\nEvery flag can also be set in the environment as SUPERVISOR_<NAME>\n(upper case, dashes as underscores) or in the --config file (one\n\"name value\" a line). The command line wins over the environment, the\nenvironment over the file. Repeatable flags take a comma-separated list\nin the environment. --check validates everything and exits: 0 when\nvalid, 2 with every problem listed.\n\n")
+		fs.PrintDefaults()
+	}
+	_, parseErrs, err := scanArgs(fs, args, noArgs)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, e := range parseErrs {
+		errs = append(errs, errors.New(e))
+	}
+	if err := flagsFromEnv(fs, lookup); err != nil {
+		errs = append(errs, err)
+	}
+	if o.op.config != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if err := configFromFile(fs, o.op.config, set); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := o.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, _, err := newLogger(io.Discard, o.logFormat, o.logLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if !o.op.demoModel || o.codex != "" {
+		bin, err := codexrpc.ResolveInstalled(o.codex)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		o.op.codexBin = bin
+	} else { // the demo model runs on the developer tree's pinned CLI
+		bin, err := codexrpc.ResolveBinary("")
+		if err != nil {
+			errs = append(errs, err)
+		}
+		o.op.codexBin = bin
+	}
+	if err := errors.Join(errs...); err != nil {
+		printUsageErrors(fs, strings.Split(err.Error(), "\n"))
+		return nil, errUsage
+	}
+	return o, nil
 }
 
 // flagsFromEnv sets every flag not given on the command line from

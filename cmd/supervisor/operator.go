@@ -1,0 +1,277 @@
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshweaver/supervisor/codexrpc"
+)
+
+// operatorOptions are serve's settings about running it rather than about
+// the daemon itself.
+type operatorOptions struct {
+	config    string
+	check     bool
+	demoModel bool
+
+	codexBin string        // resolved while validating
+	fs       *flag.FlagSet // the parsed settings, to compare on reload
+}
+
+func (p *operatorOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.config, "config", "", "settings `FILE`: one \"name value\" a line (# comments); the command line and SUPERVISOR_* win over it; reread on SIGHUP")
+	fs.BoolVar(&p.check, "check", false, "validate every setting (flags, environment, --config) and exit: 0 when valid, 2 listing every problem")
+	fs.BoolVar(&p.demoModel, "demo-model", false, "run codex against the embedded demo model instead of OpenAI, to try the callers by hand")
+	p.fs = fs
+}
+
+// --- version ---
+
+// version is set by scripts/release through -ldflags "-X main.version=…";
+// otherwise the module version from the build info is used.
+var version = ""
+
+// buildInfo is what `supervisor version` prints.
+type buildInfo struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`
+	GoVersion string `json:"goversion"`
+	Codex     string `json:"codex"` // the pinned codex CLI version
+}
+
+// readBuildInfo reads the binary's build information: the module version
+// (set by `go install …@v1.2.3`; "(devel)" in a work tree), the VCS
+// revision go build stamps (with "-dirty" for local changes), the Go
+// version and the codex CLI version the project pins.
+func readBuildInfo() buildInfo {
+	bi := buildInfo{Version: "(devel)", Commit: "unknown", Codex: codexrpc.PinnedCLIVersion}
+	info, ok := debug.ReadBuildInfo()
+	if ok {
+		bi.GoVersion = info.GoVersion
+		if v := info.Main.Version; v != "" {
+			bi.Version = v
+		}
+		dirty := false
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				bi.Commit = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if dirty {
+			bi.Commit += "-dirty"
+		}
+	}
+	if version != "" {
+		bi.Version = version
+	}
+	return bi
+}
+
+func (b buildInfo) String() string {
+	return fmt.Sprintf("supervisor %s (commit %s, %s, codex %s)", b.Version, b.Commit, b.GoVersion, b.Codex)
+}
+
+// gauge is supervisor_build_info: 1, labelled with the build.
+func (b buildInfo) gauge() prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "supervisor_build_info", Help: "The supervisor's build: version, VCS commit, Go version and pinned codex CLI version; always 1.",
+	}, []string{"version", "commit", "goversion", "codex"})
+	g.WithLabelValues(b.Version, b.Commit, b.GoVersion, b.Codex).Set(1)
+	return g
+}
+
+// --- TLS files reloaded on SIGHUP ---
+
+// tlsFiles are the loaded certificate and CA of the remote link.
+type tlsFiles struct {
+	cert tls.Certificate
+	pool *x509.CertPool
+}
+
+// tlsReloader serves the remote's one tls.Config from files it can reload:
+// hollywood keeps the *tls.Config it was given for its listener and every
+// dial, so the config stays the same object and its callbacks read the
+// current files. Handshakes already done keep their certificates.
+type tlsReloader struct {
+	cur atomic.Pointer[tlsFiles]
+}
+
+func loadTLSFiles(t tlsOptions) (*tlsFiles, error) {
+	conf, err := t.config()
+	if err != nil {
+		return nil, err
+	}
+	if conf == nil {
+		return nil, errors.New("TLS is off")
+	}
+	return &tlsFiles{cert: conf.Certificates[0], pool: conf.ClientCAs}, nil
+}
+
+// newTLSReloader loads t and returns the reloader and the config to give
+// the remote.
+func newTLSReloader(t tlsOptions) (*tlsReloader, *tls.Config, error) {
+	files, err := loadTLSFiles(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &tlsReloader{}
+	r.cur.Store(files)
+	conf := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		ClientAuth: tls.RequireAndVerifyClientCert,
+		// As a server: a config per handshake with the current files.
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			f := r.cur.Load()
+			return &tls.Config{
+				MinVersion:   tls.VersionTLS13,
+				ClientAuth:   tls.RequireAndVerifyClientCert,
+				Certificates: []tls.Certificate{f.cert},
+				ClientCAs:    f.pool,
+			}, nil
+		},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			f := r.cur.Load()
+			return &f.cert, nil
+		},
+		// As a client (the daemon dialling its callers back): the current
+		// certificate, and the peer verified against the current CA by
+		// VerifyConnection, exactly as crypto/tls would against RootCAs
+		// (chain and host name). InsecureSkipVerify only hands that check
+		// to VerifyConnection, which runs on every client handshake; the
+		// server side's config comes from GetConfigForClient.
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			f := r.cur.Load()
+			return &f.cert, nil
+		},
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return verifyServer(cs, r.cur.Load().pool)
+		},
+	}
+	return r, conf, nil
+}
+
+// verifyServer is crypto/tls's verification of a server's certificate.
+func verifyServer(cs tls.ConnectionState, roots *x509.CertPool) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("tls: the server sent no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	host := cs.ServerName
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+		Roots: roots, Intermediates: inter, DNSName: host,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	if err != nil {
+		return &tls.CertificateVerificationError{UnverifiedCertificates: cs.PeerCertificates, Err: err}
+	}
+	return nil
+}
+
+// reload loads t's files and uses them for the next handshakes.
+func (r *tlsReloader) reload(t tlsOptions) error {
+	files, err := loadTLSFiles(t)
+	if err != nil {
+		return err
+	}
+	r.cur.Store(files)
+	return nil
+}
+
+// --- SIGHUP ---
+
+// reloadable are the settings SIGHUP applies while serving.
+var reloadable = []string{"log-level", "tls-cert", "tls-key", "tls-ca"}
+
+// reload rereads serve's settings (the same command line, the environment
+// and the --config file) and applies the reloadable ones: the TLS files
+// are loaded again (renewed certificates; a changed path too) and the log
+// level is set. Settings that changed but need a restart are named in the
+// log and left as they are. Invalid settings change nothing.
+func reload(args []string, running *serveOptions, level *slog.LevelVar, certs *tlsReloader, log *slog.Logger) {
+	notify("RELOADING=1")
+	defer notify("READY=1")
+	var problems bytes.Buffer
+	o, err := loadServeOptions(args, os.LookupEnv, &problems)
+	if err != nil {
+		log.Error("reload refused: the settings are not valid; nothing changed", "err", strings.TrimSpace(problems.String()))
+		return
+	}
+	var restart []string
+	o.op.fs.VisitAll(func(f *flag.Flag) {
+		old := running.op.fs.Lookup(f.Name)
+		if old == nil || old.Value.String() == f.Value.String() || slices.Contains(reloadable, f.Name) {
+			return
+		}
+		restart = append(restart, f.Name)
+	})
+	if len(restart) > 0 {
+		log.Warn("settings changed that a reload cannot apply; restart the daemon for them", "settings", strings.Join(restart, ","))
+	}
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(o.logLevel)) // validated
+	level.Set(lv)
+	tlsState := "off"
+	if certs != nil {
+		switch {
+		case !o.tls.enabled():
+			log.Warn("TLS cannot be turned off by a reload; keeping the loaded files")
+			tlsState = "kept"
+		default:
+			if err := certs.reload(o.tls); err != nil {
+				log.Error("reloading the TLS files failed; keeping the loaded ones", "err", err)
+				tlsState = "kept"
+			} else {
+				tlsState = "reloaded"
+			}
+		}
+	} else if o.tls.enabled() {
+		log.Warn("TLS cannot be turned on by a reload; restart the daemon for it")
+	}
+	log.Info("reloaded", "log_level", lv.String(), "tls", tlsState)
+}
+
+// --- systemd readiness ---
+
+// notify sends sd_notify states to $NOTIFY_SOCKET (Type=notify units):
+// one datagram to a unix socket, "@" meaning the abstract namespace. No
+// socket, no message; errors are ignored, as sd_notify does.
+func notify(states ...string) {
+	path := os.Getenv("NOTIFY_SOCKET")
+	if path == "" {
+		return
+	}
+	if path[0] == '@' {
+		path = "\x00" + path[1:]
+	}
+	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = conn.Write([]byte(strings.Join(states, "\n") + "\n"))
+}
