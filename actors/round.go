@@ -102,7 +102,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 			c.Engine().Subscribe(c.PID()) // to learn when the caller is unreachable
 		}
 		r.cfg.Metrics.RoundsInFlight.Inc()
-		r.log.Info("round started", "resumable", r.req.History != nil)
+		r.log.Info("round started")
 		r.wg.Add(1)
 		go r.drive(ctx)
 	case actor.Stopped:

@@ -101,8 +101,9 @@ func (b buildInfo) gauge() prometheus.Collector {
 
 // tlsFiles are the loaded certificate and CA of the remote link.
 type tlsFiles struct {
-	cert tls.Certificate
-	pool *x509.CertPool
+	cert  tls.Certificate
+	pool  *x509.CertPool
+	caPEM []byte
 }
 
 // tlsReloader serves the remote's one tls.Config from files it can reload:
@@ -110,7 +111,8 @@ type tlsFiles struct {
 // dial, so the config stays the same object and its callbacks read the
 // current files. Handshakes already done keep their certificates.
 type tlsReloader struct {
-	cur atomic.Pointer[tlsFiles]
+	cur   atomic.Pointer[tlsFiles]
+	caPEM []byte // the CA file as loaded at start: RootCAs of the daemon's dials
 }
 
 func loadTLSFiles(t tlsOptions) (*tlsFiles, error) {
@@ -121,7 +123,11 @@ func loadTLSFiles(t tlsOptions) (*tlsFiles, error) {
 	if conf == nil {
 		return nil, errors.New("TLS is off")
 	}
-	return &tlsFiles{cert: conf.Certificates[0], pool: conf.ClientCAs}, nil
+	caPEM, err := os.ReadFile(t.ca)
+	if err != nil {
+		return nil, fmt.Errorf("reading the TLS CA: %w", err)
+	}
+	return &tlsFiles{cert: conf.Certificates[0], pool: conf.ClientCAs, caPEM: caPEM}, nil
 }
 
 // newTLSReloader loads t and returns the reloader and the config to give
@@ -131,7 +137,7 @@ func newTLSReloader(t tlsOptions) (*tlsReloader, *tls.Config, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	r := &tlsReloader{}
+	r := &tlsReloader{caPEM: files.caPEM}
 	r.cur.Store(files)
 	conf := &tls.Config{
 		MinVersion: tls.VersionTLS13,
@@ -151,54 +157,30 @@ func newTLSReloader(t tlsOptions) (*tlsReloader, *tls.Config, error) {
 			return &f.cert, nil
 		},
 		// As a client (the daemon dialling its callers back): the current
-		// certificate, and the peer verified against the current CA by
-		// VerifyConnection, exactly as crypto/tls would against RootCAs
-		// (chain and host name). InsecureSkipVerify only hands that check
-		// to VerifyConnection, which runs on every client handshake; the
-		// server side's config comes from GetConfigForClient.
+		// certificate. The peer is verified by crypto/tls against the CA
+		// loaded at start (RootCAs): a callback could verify the chain
+		// against a reloaded CA, but not the host name, which a
+		// ConnectionState lacks for IP addresses; so a changed CA reaches
+		// this direction only with a restart, and reload says so.
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			f := r.cur.Load()
 			return &f.cert, nil
 		},
-		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyServer(cs, r.cur.Load().pool)
-		},
+		RootCAs: files.pool,
 	}
 	return r, conf, nil
 }
 
-// verifyServer is crypto/tls's verification of a server's certificate.
-func verifyServer(cs tls.ConnectionState, roots *x509.CertPool) error {
-	if len(cs.PeerCertificates) == 0 {
-		return errors.New("tls: the server sent no certificate")
-	}
-	inter := x509.NewCertPool()
-	for _, c := range cs.PeerCertificates[1:] {
-		inter.AddCert(c)
-	}
-	host := cs.ServerName
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-		Roots: roots, Intermediates: inter, DNSName: host,
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	})
-	if err != nil {
-		return &tls.CertificateVerificationError{UnverifiedCertificates: cs.PeerCertificates, Err: err}
-	}
-	return nil
-}
-
-// reload loads t's files and uses them for the next handshakes.
-func (r *tlsReloader) reload(t tlsOptions) error {
+// reload loads t's files and uses them for the next handshakes. caKept
+// reports a CA file that differs from the one loaded at start: the
+// daemon's own dials keep verifying callers against that one.
+func (r *tlsReloader) reload(t tlsOptions) (caKept bool, err error) {
 	files, err := loadTLSFiles(t)
 	if err != nil {
-		return err
+		return false, err
 	}
 	r.cur.Store(files)
-	return nil
+	return !bytes.Equal(files.caPEM, r.caPEM), nil
 }
 
 // --- SIGHUP ---
@@ -241,10 +223,15 @@ func reload(args []string, running *serveOptions, level *slog.LevelVar, certs *t
 			log.Warn("TLS cannot be turned off by a reload; keeping the loaded files")
 			tlsState = "kept"
 		default:
-			if err := certs.reload(o.tls); err != nil {
+			caKept, err := certs.reload(o.tls)
+			switch {
+			case err != nil:
 				log.Error("reloading the TLS files failed; keeping the loaded ones", "err", err)
 				tlsState = "kept"
-			} else {
+			case caKept:
+				log.Warn("the TLS CA changed: incoming connections use it now, but the daemon's dials to its callers verify them against the CA loaded at start until a restart")
+				tlsState = "reloaded"
+			default:
 				tlsState = "reloaded"
 			}
 		}

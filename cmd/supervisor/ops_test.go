@@ -488,6 +488,23 @@ func TestOpsMetricsAndHealth(t *testing.T) {
 		t.Errorf("/readyz when ready = %d %q, want 200 ready", code, body)
 	}
 
+	// Before any event every labelled counter shows each of its label
+	// sets at zero, so that rate() and alerts have a series to look at.
+	_, body0 := opsHTTP(t, metricsURL)
+	for _, m := range []struct{ name, labels string }{
+		{"supervisor_rounds_total", `status="completed"`}, {"supervisor_rounds_total", `status="failed"`},
+		{"supervisor_rounds_total", `status="interrupted"`}, {"supervisor_rounds_total", `status="busy"`},
+		{"supervisor_rounds_total", `status="unavailable"`}, {"supervisor_rounds_total", `status="rejected"`},
+		{"supervisor_app_server_evictions_total", `reason="idle"`}, {"supervisor_app_server_evictions_total", `reason="cap"`},
+		{"supervisor_logins_total", `outcome="success"`}, {"supervisor_logins_total", `outcome="failure"`},
+		{"supervisor_remote_rejected_total", `reason="unknown"`}, {"supervisor_remote_rejected_total", `reason="malformed"`},
+		{"supervisor_remote_rejected_total", `reason="invalid"`}, {"supervisor_rounds_in_flight", ""},
+	} {
+		if v, ok := opsMetric(body0, m.name, m.labels); !ok || v != 0 {
+			t.Errorf("at the start %s{%s} = %v (present %v), want 0", m.name, m.labels, v, ok)
+		}
+	}
+
 	c := opsNewCaller(t, r.addr, nil)
 
 	// A completed round.
@@ -541,6 +558,9 @@ func TestOpsMetricsAndHealth(t *testing.T) {
 	if v, _ := opsMetric(body, "supervisor_live_app_servers", ""); v != 1 {
 		t.Errorf("live app-servers during a round = %v, want 1", v)
 	}
+	if v, _ := opsMetric(body, "supervisor_rounds_in_flight", ""); v != 1 {
+		t.Errorf("rounds in flight during a round = %v, want 1", v)
+	}
 	c.send(messages.InterruptRound{User: user, Thread: thread, RoundID: id})
 	if v := c.await(id); v.verdict.Status != messages.StatusInterrupted {
 		t.Errorf("interrupted round: %+v", v.verdict)
@@ -549,6 +569,9 @@ func TestOpsMetricsAndHealth(t *testing.T) {
 	body = opsWaitMetric(t, metricsURL, "supervisor_live_app_servers", "", "0", func(v float64) bool { return v == 0 })
 	if v, _ := opsMetric(body, "supervisor_rounds_total", `status="interrupted"`); v != 1 {
 		t.Errorf("interrupted rounds = %v, want 1", v)
+	}
+	if v, ok := opsMetric(body, "supervisor_rounds_in_flight", ""); !ok || v != 0 {
+		t.Errorf("rounds in flight after the verdicts = %v (present %v), want 0", v, ok)
 	}
 	waitNoCodex(t, r.bin, r.home(user))
 
@@ -975,6 +998,18 @@ func TestDrainOnSIGTERM(t *testing.T) {
 		t.Errorf("serve took %v to stop, more than --stop-timeout %v and a margin", took, stopTimeout)
 	}
 	waitNoCodex(t, bin, homes)
+	// Rounds log their start and their end with its duration, in seconds.
+	if n := srv.count(func(rec map[string]any) bool { return rec["msg"] == "round started" }); n != 2 {
+		t.Errorf("%d \"round started\" lines, want 2 (slow and hang; the queued one never started)", n)
+	}
+	if fin, ok := srv.find(func(rec map[string]any) bool { return rec["msg"] == "round finished" && rec["status"] == "completed" }); !ok {
+		t.Error("no \"round finished\" line for the completed round")
+	} else if d, _ := fin["duration"].(float64); d < 1 || d > 60 {
+		t.Errorf("round finished with duration %v, want the ~1.5 s of the round in seconds", fin["duration"])
+	}
+	if rec, ok := srv.find(func(rec map[string]any) bool { return rec["msg"] == "stopping" }); !ok || rec["timeout"] != stopTimeout.Seconds() {
+		t.Errorf("the stopping line %v, want timeout %v (seconds)", rec, stopTimeout.Seconds())
+	}
 	for _, want := range []string{`"msg":"stopping"`, `"msg":"stopped"`, "rounds still running at the drain deadline"} {
 		if !strings.Contains(srv.logs.String(), want) {
 			t.Errorf("serve's log lacks %s", want)

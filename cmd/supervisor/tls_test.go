@@ -176,8 +176,8 @@ func TestTLSMutualAuth(t *testing.T) {
 	// Without the flags the command gets nowhere.
 	code, stdout, stderr = tlsRunCLI(t, "round", "--addr", r.addr, "--user", "tls-intruder-cli", "--thread", "t",
 		"--timeout", opsWait.String(), "let me in")
-	if code != 1 || !strings.Contains(stderr, "unreachable") || stdout != "" {
-		t.Errorf("supervisor round in plaintext to the TLS daemon: exit %d, stdout %q, stderr %q; want 1, unreachable", code, stdout, stderr)
+	if code != exitNoVerdict || !strings.Contains(stderr, "unreachable") || stdout != "" {
+		t.Errorf("supervisor round in plaintext to the TLS daemon: exit %d, stdout %q, stderr %q; want %d, unreachable", code, stdout, stderr, exitNoVerdict)
 	}
 
 	rogueKeyPair, err := tls.LoadX509KeyPair(rogueCert, rogueKey)
@@ -258,9 +258,14 @@ func TestTLSMutualAuth(t *testing.T) {
 			t.Errorf("%s{%s} = %v, want %v", m.name, m.labels, v, m.want)
 		}
 	}
-	for _, name := range []string{"supervisor_remote_rejected_total", `supervisor_rounds_total{status="rejected"}`, `supervisor_rounds_total{status="failed"}`} {
-		if strings.Contains(metrics, name) {
-			t.Errorf("/metrics shows %s: something of the intruders reached the root", name)
+	for _, m := range []struct{ name, labels string }{
+		{"supervisor_remote_rejected_total", `reason="unknown"`}, {"supervisor_remote_rejected_total", `reason="malformed"`},
+		{"supervisor_remote_rejected_total", `reason="invalid"`},
+		{"supervisor_rounds_total", `status="rejected"`}, {"supervisor_rounds_total", `status="failed"`},
+	} {
+		// The label sets exist from the start, at zero.
+		if v, ok := opsMetric(metrics, m.name, m.labels); !ok || v != 0 {
+			t.Errorf("/metrics shows %s{%s} = %v (present %v): something of the intruders reached the root", m.name, m.labels, v, ok)
 		}
 	}
 	for _, s := range []string{"rejected a", "tls-intruder", "let me in"} {
