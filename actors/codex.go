@@ -588,6 +588,9 @@ func (a *codexActor) answer(m codexServerRequest) serverAnswer {
 	if question != "" && ok {
 		a.engine.Send(s.round, questionAsked{text: question})
 	}
+	if ok && (m.req.Method == codexrpc.ReqCommandApproval || m.req.Method == codexrpc.ReqFileChangeApproval) {
+		a.engine.Send(s.round, approvalAnswered{req: m.req, approved: s.autoApprove})
+	}
 	return serverAnswer{result: res, err: err}
 }
 

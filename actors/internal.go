@@ -37,6 +37,13 @@ type acquireClient struct {
 	starting *actor.PID
 }
 
+// approvalAnswered tells a round that codex asked an approval for it and
+// how the daemon answered (approved when the round has auto_approve).
+type approvalAnswered struct {
+	req      *codexrpc.Request
+	approved bool
+}
+
 // appServerStarting tells an acquireClient's starting PID that the user's
 // app-server is being started for it.
 type appServerStarting struct{}

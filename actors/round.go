@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -122,6 +123,10 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.callerGone = true
 			r.pending = nil
 			r.stop()
+		}
+	case approvalAnswered:
+		if !r.done {
+			r.emit(approvalNotice(m))
 		}
 	case appServerStarting:
 		if !r.done {
@@ -560,4 +565,28 @@ func (r *roundActor) overlay() map[string]any {
 		server["http_headers"] = map[string]string{"Authorization": "Bearer " + r.req.MCPToken}
 	}
 	return map[string]any{"mcp_servers": map[string]any{"meshweaver": server}}
+}
+
+// approvalNotice tells the caller that codex asked an approval and how the
+// daemon answered it: a KindNotice "approval: <what>: approved" (or
+// "declined"), ItemID the tool call's.
+func approvalNotice(m approvalAnswered) messages.RoundEvent {
+	var p codexrpc.ApprovalParams
+	_ = json.Unmarshal(m.req.Params, &p)
+	what := "a file change"
+	if m.req.Method == codexrpc.ReqCommandApproval {
+		what = "command " + truncateRunes(p.Command, 200)
+	}
+	answer := "declined (the round has no auto_approve)"
+	if m.approved {
+		answer = "approved (auto_approve)"
+	}
+	return messages.RoundEvent{Kind: messages.KindNotice, ItemID: p.ItemID, Text: "approval asked for " + what + ": " + answer}
+}
+
+func truncateRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
 }

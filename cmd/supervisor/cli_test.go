@@ -333,3 +333,35 @@ func TestCLIRoundThroughBinary(t *testing.T) {
 		t.Errorf("an interrupted round: %v, want exit %d; stderr:\n%s", err, exitInterrupted, bgErr.String())
 	}
 }
+
+// TestDemoShowsTheProduct runs `supervisor demo` on the real CLI: the
+// start-up line, a reasoning summary, a shell command run in the sandbox
+// with its output, an approval asked and answered (the command then
+// writes its file), and a resumed round that quotes the earlier ones.
+func TestDemoShowsTheProduct(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(func() { waitNoCodex(t, opsCodexBin(t), dir) })
+	start := time.Now()
+	code, stdout, stderr := tlsRunCLI(t, "demo", "--dir", dir)
+	if code != 0 {
+		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	t.Logf("the demo took %v", time.Since(start).Round(time.Millisecond))
+	for _, want := range []string{
+		"[starting codex…]",
+		"[thinking: The user wants to know what the workspace holds.",
+		"[shell $ ", "ls -l", "SKILLS.md", // the command and its output
+		"codex> The workspace holds SKILLS.md.",
+		"approval asked for command", "approved (auto_approve)]",
+		"Before this message you said, in order: “Hello! What is in the workspace?”, then “Please save a note for me.”",
+		"[on the resumed codex thread]",
+		"[round completed in ",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the demo's output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "workspace", mockmodel.ShowcaseNote)); err != nil || strings.TrimSpace(string(b)) != "hello from the demo" {
+		t.Errorf("the approved command did not write its note: %q, %v", b, err)
+	}
+}

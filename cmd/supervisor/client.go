@@ -259,7 +259,9 @@ type printer struct {
 	roundID string
 	start   time.Time
 
+	prefix    string // printed before the answer's text, after notes (the demo's "codex> ")
 	midLine   bool
+	inText    bool // the answer's text is being printed: no note since
 	reasoning strings.Builder // reasoning deltas not printed yet
 	reasonID  string          // the item they belong to
 	usage     *messages.Usage // the latest token counts
@@ -281,6 +283,10 @@ func (p *printer) event(e messages.RoundEvent) {
 	p.flushReasoning()
 	switch e.Kind {
 	case messages.KindText:
+		if !p.inText && p.prefix != "" && e.Text != "" {
+			fmt.Fprint(p.w, p.prefix)
+		}
+		p.inText = true
 		fmt.Fprint(p.w, e.Text)
 		p.midLine = !strings.HasSuffix(e.Text, "\n")
 		return
@@ -290,6 +296,11 @@ func (p *printer) event(e messages.RoundEvent) {
 	case messages.KindStatus:
 		p.note(e.Text + "…")
 	case messages.KindToolCall:
+		var shell struct{ Command string }
+		if e.Tool.Name == "shell" && json.Unmarshal([]byte(e.Tool.Args), &shell) == nil {
+			p.note("shell $ " + shell.Command)
+			break
+		}
 		p.note(fmt.Sprintf("tool %s %s", e.Tool.Name, e.Tool.Args))
 	case messages.KindToolResult:
 		s := fmt.Sprintf("tool %s done", e.Result.Name)
@@ -328,6 +339,7 @@ func indent(s string) string {
 }
 
 func (p *printer) note(s string) {
+	p.inText = false
 	if p.midLine {
 		fmt.Fprintln(p.w)
 		p.midLine = false

@@ -16,11 +16,19 @@ import (
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
-// demoMessages are the rounds the demo sends when given none.
-var demoMessages = []string{
-	"Hello! Who am I talking to?",
-	"What did I ask you a moment ago?",
-	"Thanks, that is all for now.",
+// demoRound is one round the demo sends.
+type demoRound struct {
+	text        string
+	autoApprove bool
+}
+
+// demoRounds are the rounds the demo sends when given none: a shell
+// command in the sandbox, one that needs an approval (the round allows
+// it), and a resumed round whose answer quotes the earlier ones.
+var demoRounds = []demoRound{
+	{text: "Hello! What is in the workspace?"},
+	{text: "Please save a note for me.", autoApprove: true},
+	{text: "What did I ask you a moment ago?"},
 }
 
 // demo runs the daemon's main job end to end with no account and no
@@ -37,8 +45,12 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if len(texts) == 0 {
-		texts = demoMessages
+	rounds := demoRounds
+	if len(texts) > 0 {
+		rounds = nil
+		for _, t := range texts {
+			rounds = append(rounds, demoRound{text: t, autoApprove: true})
+		}
 	}
 	bin, err := codexrpc.ResolveBinary(*codex)
 	if err != nil {
@@ -55,7 +67,10 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(workspace, 0o700); err != nil {
 		return err
 	}
-	model, err := mockmodel.Start(mockmodel.Options{})
+	if err := os.WriteFile(workspace+"/SKILLS.md", []byte("# Skills\n\nThe shared skills workspace every codex thread runs in.\n"), 0o600); err != nil {
+		return err
+	}
+	model, err := mockmodel.Start(mockmodel.Options{Responder: demoResponder()})
 	if err != nil {
 		return err
 	}
@@ -72,6 +87,10 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	d, err := startDaemon(listen, nil, actors.Config{
 		Homes: homes, Workspace: workspace, CodexBin: bin,
 		Overrides: codexhome.Overrides(model.URL()), Logger: log,
+		// The read-only sandbox (serve's default), and approvals on
+		// request: the second round's command asks to leave the sandbox,
+		// and its auto_approve answers.
+		Sandbox: codexrpc.SandboxReadOnly, ApprovalPolicy: codexrpc.ApprovalOnRequest,
 	})
 	if err != nil {
 		return err
@@ -88,25 +107,29 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer c.close()
 
 	fmt.Fprintf(stdout, "demo: daemon on %s, codex %s, homes in %s\n", listen, bin, homes)
-	fmt.Fprintln(stdout, "demo: the model is an embedded DEMO model that only echoes you; see the README to use a real login.")
-	p := &printer{w: stdout, errw: stdout}
-	for i, text := range texts {
+	fmt.Fprintln(stdout, "demo: the model is an embedded DEMO model (no account, no network); codex, its sandbox and the daemon are real.")
+	for i, r := range rounds {
 		id := fmt.Sprintf("demo-%d", i+1)
-		fmt.Fprintf(stdout, "\nyou> %s\ncodex> ", text)
-		if err := c.send(messages.StartRound{RoundID: id, User: "demo-user", Thread: "demo-thread", Text: text}); err != nil {
+		approve := ""
+		if r.autoApprove {
+			approve = "   (this round allows approvals: auto_approve)"
+		}
+		fmt.Fprintf(stdout, "\nyou> %s%s\n", r.text, approve)
+		p := &printer{w: stdout, errw: stdout, prefix: "codex> ", start: time.Now()}
+		if err := c.send(messages.StartRound{RoundID: id, User: "demo-user", Thread: "demo-thread", Text: r.text, AutoApprove: r.autoApprove}); err != nil {
 			return err
 		}
 		v, err := c.awaitVerdict(ctx, roundOptions{roundID: id, user: "demo-user", thread: "demo-thread", timeout: 2 * time.Minute}, p)
 		if err != nil {
 			return err
 		}
-		how := "new codex thread " + v.CodexThreadID
+		how := "on a new codex thread"
 		if v.Resumed {
-			how = "resumed codex thread " + v.CodexThreadID
+			how = "on the resumed codex thread"
 		}
-		fmt.Fprintf(stdout, "[round %d: %s, %s]\n", i+1, v.Status, how)
+		fmt.Fprintf(stdout, "[%s]\n", how)
 		if v.Status != messages.StatusCompleted {
-			return exitError{code: 1}
+			return exitError{code: roundExit(v.Status)}
 		}
 	}
 	return nil
@@ -114,4 +137,4 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // demoResponder is the embedded demo model of `demo` and `serve
 // --demo-model`.
-func demoResponder() mockmodel.Responder { return mockmodel.DemoResponder }
+func demoResponder() mockmodel.Responder { return mockmodel.ShowcaseResponder }

@@ -87,3 +87,69 @@ func TestToolThenText(t *testing.T) {
 		t.Errorf("second answer = %s", second.Events[2].Data)
 	}
 }
+
+func toolOutput(callID, output string) map[string]any {
+	return map[string]any{"type": "function_call_output", "call_id": callID, "output": output}
+}
+
+// showcaseText is what a Script streams as message text, and how many
+// text deltas it has.
+func showcaseText(s mockmodel.Script) (string, int) {
+	var b strings.Builder
+	n := 0
+	for _, ev := range s.Events {
+		var e struct {
+			Type  string `json:"type"`
+			Delta string `json:"delta"`
+		}
+		_ = json.Unmarshal(ev.Data, &e)
+		if e.Type == "response.output_text.delta" {
+			b.WriteString(e.Delta)
+			n++
+		}
+	}
+	return b.String(), n
+}
+
+// hasEvent reports whether s has an event of type typ whose data holds sub.
+func hasEvent(s mockmodel.Script, typ, sub string) bool {
+	for _, ev := range s.Events {
+		if strings.Contains(string(ev.Data), `"type":"`+typ+`"`) && strings.Contains(string(ev.Data), sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestShowcaseResponder: the demo model thinks aloud and lists the
+// workspace, asks to leave the sandbox for the note, answers a look back
+// from the conversation it is sent (never from state of its own), and
+// streams its answers word by word with a delay.
+func TestShowcaseResponder(t *testing.T) {
+	t.Parallel()
+	env := user("<environment_context>cwd</environment_context>")
+	list := mockmodel.ShowcaseResponder(requestWith(t, "", env, user("Hello! What is in the workspace?")))
+	if !hasEvent(list, "response.reasoning_summary_text.delta", "") || !hasEvent(list, "response.output_item.done", `ls -l`) {
+		t.Errorf("the listing round: no reasoning or no ls call")
+	}
+	if list.Delay <= 0 {
+		t.Errorf("no delay between deltas: nothing visible streams")
+	}
+	after := mockmodel.ShowcaseResponder(requestWith(t, "", env, user("Hello! What is in the workspace?"),
+		toolOutput(mockmodel.ShowcaseListCall, "Chunk ID: 1\nProcess exited with code 0\nOutput:\ntotal 4\n-rw------- 1 u u 66 Dec  3 06:36 SKILLS.md\n-rw------- 1 u u 1 Dec  3 06:36 b c.txt\n")))
+	if text, n := showcaseText(after); !strings.Contains(text, "SKILLS.md and b c.txt") || n < 5 {
+		t.Errorf("after the listing: %q in %d deltas", text, n)
+	}
+	note := mockmodel.ShowcaseResponder(requestWith(t, "", env, user("Please save a note for me.")))
+	if !hasEvent(note, "response.output_item.done", `require_escalated`) {
+		t.Error("the note's command does not ask to leave the sandbox")
+	}
+	back := mockmodel.ShowcaseResponder(requestWith(t, "", env, user("first thing"), user("second thing"), user("What did I ask you a moment ago?")))
+	text, _ := showcaseText(back)
+	if !strings.Contains(text, "“first thing”, then “second thing”") || strings.Contains(text, "environment_context") || strings.Contains(text, "moment ago") {
+		t.Errorf("the look back: %q", text)
+	}
+	if text, _ := showcaseText(mockmodel.ShowcaseResponder(requestWith(t, "", env, user("What did I ask you a moment ago?")))); !strings.Contains(text, "first exchange") {
+		t.Errorf("a look back on a fresh thread: %q", text)
+	}
+}
