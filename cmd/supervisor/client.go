@@ -261,7 +261,7 @@ type printer struct {
 
 	prefix    string // printed before the answer's text, after notes (the demo's "codex> ")
 	midLine   bool
-	inText    bool // the answer's text is being printed: no note since
+	inText    bool            // the answer's text is being printed: no note since
 	reasoning strings.Builder // reasoning deltas not printed yet
 	reasonID  string          // the item they belong to
 	usage     *messages.Usage // the latest token counts
