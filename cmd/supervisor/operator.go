@@ -41,9 +41,12 @@ func (p *operatorOptions) register(fs *flag.FlagSet) {
 
 // --- version ---
 
-// version is set by scripts/release through -ldflags "-X main.version=…";
-// otherwise the module version from the build info is used.
-var version = ""
+// version and commit are set by scripts/release (and the Dockerfile)
+// through -ldflags "-X main.version=… -X main.commit=…"; otherwise the
+// module version and the VCS revision of the build info are used (go
+// build leaves the revision out under -buildvcs=false, as it does without
+// the .git folder a container build has).
+var version, commit = "", ""
 
 // buildInfo is what `supervisor version` prints.
 type buildInfo struct {
@@ -80,6 +83,9 @@ func readBuildInfo() buildInfo {
 	}
 	if version != "" {
 		bi.Version = version
+	}
+	if commit != "" && bi.Commit == "unknown" {
+		bi.Commit = commit
 	}
 	return bi
 }
