@@ -347,7 +347,7 @@ func (h *harness) roundAsync(c *caller, m messages.StartRound) {
 	h.engine.SendWithSender(h.root, m, c.pid)
 }
 
-// waitFirstEvent waits for the round's first event.
+// waitFirstEvent waits for the round's first event from codex (not a status).
 func (c *caller) waitFirstEvent(t testing.TB, roundID string, d time.Duration) messages.RoundEvent {
 	t.Helper()
 	deadline := time.NewTimer(d)
@@ -357,7 +357,9 @@ func (c *caller) waitFirstEvent(t testing.TB, roundID string, d time.Duration) m
 		case m := <-c.ch:
 			switch m := m.(type) {
 			case messages.RoundEvent:
-				if m.RoundID == roundID {
+				// The daemon's own status ("starting codex") comes before
+				// the turn: the first event from codex is the one waited for.
+				if m.RoundID == roundID && m.Kind != messages.KindStatus {
 					return m
 				}
 			case messages.RoundFinished:
