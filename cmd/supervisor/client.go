@@ -272,7 +272,7 @@ func (p *printer) event(e messages.RoundEvent) {
 		p.usage = e.Usage
 	}
 	if p.json {
-		p.writeJSON(string(e.Kind), e)
+		p.writeJSON(string(e.Kind), e, nil)
 		return
 	}
 	if e.Kind == messages.KindReasoning && (p.reasoning.Len() == 0 || e.ItemID == p.reasonID) {
@@ -349,7 +349,10 @@ func (p *printer) note(s string) {
 
 func (p *printer) done(v messages.RoundFinished) {
 	if p.json {
-		p.writeJSON("done", v)
+		// The verdict's fields are all there, empty ones included (the
+		// wire omits them), so that a script can read every key.
+		p.writeJSON("done", v, map[string]any{"error": "", "codex_error_info": "", "codex_thread_id": "",
+			"resumed": false, "fell_back": false})
 		return
 	}
 	p.flushReasoning()
@@ -369,11 +372,17 @@ func (p *printer) done(v messages.RoundFinished) {
 }
 
 // writeJSON prints v (a wire message) as one JSON object: its fields under
-// their wire (msgpack) names, plus "type", "round_id" and "time".
-func (p *printer) writeJSON(typ string, v any) {
+// their wire (msgpack) names, defaults for those the wire left out, plus
+// "type", "round_id" and "time".
+func (p *printer) writeJSON(typ string, v any, defaults map[string]any) {
 	m, err := wireMap(v)
 	if err != nil {
 		m = map[string]any{"error": err.Error()}
+	}
+	for k, d := range defaults {
+		if _, ok := m[k]; !ok {
+			m[k] = d
+		}
 	}
 	m["type"] = typ
 	m["round_id"] = p.roundID

@@ -1130,8 +1130,8 @@ func TestBinaryServeAndRound(t *testing.T) {
 		t.Errorf("interrupt: %v\n%s", err, intr)
 	}
 	err = hang.Wait()
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		t.Errorf("interrupted round: err %v, want exit code 1", err)
+	if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted {
+		t.Errorf("interrupted round: err %v, want exit code %d", err, exitInterrupted)
 	}
 	if _, done := parse(hangOut.Bytes()); done["status"] != "interrupted" {
 		t.Errorf("interrupted round done %v", done)
