@@ -126,7 +126,6 @@ func hasEvent(s mockmodel.Script, typ, sub string) bool {
 // from the conversation it is sent (never from state of its own), and
 // streams its answers word by word with a delay.
 func TestShowcaseResponder(t *testing.T) {
-	t.Parallel()
 	env := user("<environment_context>cwd</environment_context>")
 	list := mockmodel.ShowcaseResponder(requestWith(t, "", env, user("Hello! What is in the workspace?")))
 	if !hasEvent(list, "response.reasoning_summary_text.delta", "") || !hasEvent(list, "response.output_item.done", `ls -l`) {
