@@ -365,3 +365,37 @@ func TestDemoShowsTheProduct(t *testing.T) {
 		t.Errorf("the approved command did not write its note: %q, %v", b, err)
 	}
 }
+
+// TestServeDemoModel runs `serve --demo-model` (codex found on the
+// developer tree, no --codex) and the built `round` against it: the demo
+// model lists the workspace through a real sandboxed command.
+func TestServeDemoModel(t *testing.T) {
+	root := t.TempDir()
+	exe := opsBuild(t, root)
+	workspace := filepath.Join(root, "workspace")
+	if err := os.MkdirAll(workspace, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(workspace, "hand-made.txt"), []byte("x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waitNoCodex(t, opsCodexBin(t), root) })
+	srv := opsStartServe(t, exe, "serve", "--demo-model", "--listen", addr, "--homes", filepath.Join(root, "homes"),
+		"--workspace", workspace, "--metrics-listen", "", "--log-format", "json")
+	srv.waitMsg("supervisor serving")
+	code, stdout, stderr := cliRun(t, exe, []string{"SUPERVISOR_ADDR=" + addr}, "round", "--user", "me", "--thread", "t",
+		"--timeout", opsRoundWait.String(), "what is in the workspace?")
+	if code != 0 || !strings.Contains(stdout, "The workspace holds hand-made.txt.") || !strings.Contains(stderr, "ls -l") {
+		t.Errorf("a round on the demo model: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if err := srv.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if !srv.wait(opsWait) || srv.err != nil {
+		t.Errorf("serve --demo-model after SIGINT: exited %v, err %v", srv.done, srv.err)
+	}
+}
