@@ -148,6 +148,13 @@ func TestSIGHUPReload(t *testing.T) {
 		t.Errorf("after SIGHUP the daemon still presents serial %s", before)
 	}
 	probe("after the reload")
+	// The built caller takes the daemon's address and its TLS files from
+	// the environment: its (rejected) round gets its verdict over TLS.
+	callerEnv := []string{"SUPERVISOR_ADDR=" + addr, "SUPERVISOR_TLS_CERT=" + callerCert,
+		"SUPERVISOR_TLS_KEY=" + callerKey, "SUPERVISOR_TLS_CA=" + ca.pem}
+	if code, _, stderr := cliRun(t, exe, callerEnv, "round", "--user", "../probe", "--thread", "t", "--timeout", opsWait.String(), "x"); code != exitRejected {
+		t.Errorf("round with SUPERVISOR_ADDR and SUPERVISOR_TLS_*: exit %d, want %d (rejected); stderr:\n%s", code, exitRejected, stderr)
+	}
 	if !srv.running() {
 		t.Fatalf("SIGHUP ended the daemon: %v", srv.err)
 	}
