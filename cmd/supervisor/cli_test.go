@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -385,8 +386,13 @@ func TestServeDemoModel(t *testing.T) {
 	}
 	t.Cleanup(func() { waitNoCodex(t, opsCodexBin(t), root) })
 	srv := opsStartServe(t, exe, "serve", "--demo-model", "--listen", addr, "--homes", filepath.Join(root, "homes"),
-		"--workspace", workspace, "--metrics-listen", "", "--log-format", "json")
-	srv.waitMsg("supervisor serving")
+		"--workspace", workspace, "--metrics-listen", "127.0.0.1:0", "--log-format", "json")
+	metrics := srv.waitMsg("metrics serving")
+	_, body := opsHTTP(t, fmt.Sprintf("http://%s/metrics", metrics["listen"]))
+	buildInfo := regexp.MustCompile(`(?m)^supervisor_build_info\{codex="0\.169\.0",commit="[^"]+",goversion="go1\.[^"]+",version="[^"]+"\} 1$`)
+	if !buildInfo.MatchString(body) {
+		t.Errorf("/metrics lacks supervisor_build_info = 1 with the build's labels")
+	}
 	code, stdout, stderr := cliRun(t, exe, []string{"SUPERVISOR_ADDR=" + addr}, "round", "--user", "me", "--thread", "t",
 		"--timeout", opsRoundWait.String(), "what is in the workspace?")
 	if code != 0 || !strings.Contains(stdout, "The workspace holds hand-made.txt.") || !strings.Contains(stderr, "ls -l") {
