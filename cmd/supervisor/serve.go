@@ -120,6 +120,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "supervisor serve: the settings are valid")
 		return nil
 	}
+	// SIGHUP is caught from here on, so that one sent while the daemon
+	// starts does not kill it; it is handled once the daemon serves.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	log, level, err := newLogger(stderr, o.logFormat, o.logLevel)
 	if err != nil {
 		return err
@@ -186,8 +191,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		g.Add(func() error { <-ctx.Done(); return nil }, func(error) { cancel() })
 	}
 	{ // SIGHUP reloads what can change while serving: the TLS files and the log level.
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
 		quit := make(chan struct{})
 		g.Add(func() error {
 			for {
@@ -198,7 +201,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					return nil
 				}
 			}
-		}, func(error) { signal.Stop(hup); close(quit) })
+		}, func(error) { close(quit) })
 	}
 	notify("READY=1")
 	var stopErr error
