@@ -170,3 +170,53 @@ func TestSIGHUPReload(t *testing.T) {
 		t.Errorf("serve after SIGTERM: exited %v, err %v; want exit 0", srv.done, srv.err)
 	}
 }
+
+// TestTLSReloaderCAChange: reloading the same CA file reports nothing; a
+// changed one is reported (the daemon's own dials keep the CA loaded at
+// start), and new incoming handshakes trust the new CA at once.
+func TestTLSReloaderCAChange(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlsNewCA(t, dir, "ca", "first CA")
+	cert, key := ca.issue(t, dir, "node")
+	opts := tlsOptions{cert: cert, key: key, ca: ca.pem}
+	r, conf, err := newTLSReloader(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := r.reload(opts); err != nil || kept {
+		t.Errorf("reload of the same files: kept %v, err %v; want neither", kept, err)
+	}
+	other := tlsNewCA(t, t.TempDir(), "ca", "second CA")
+	if err := os.WriteFile(ca.pem, mustRead(t, other.pem), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := r.reload(opts)
+	if err != nil || !kept {
+		t.Errorf("reload of a changed CA: kept %v, err %v; want it reported", kept, err)
+	}
+	server, err := conf.GetConfigForClient(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !server.ClientCAs.Equal(other.pool) || !conf.RootCAs.Equal(ca.pool) {
+		t.Error("incoming handshakes do not trust the new CA, or the dials lost the one loaded at start")
+	}
+	if err := os.WriteFile(ca.pem, []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.reload(opts); err == nil {
+		t.Error("a CA file without PEM was accepted")
+	}
+	if server, _ := conf.GetConfigForClient(nil); !server.ClientCAs.Equal(other.pool) {
+		t.Error("a failed reload changed the trusted CA")
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
