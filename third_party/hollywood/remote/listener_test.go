@@ -104,7 +104,7 @@ func connsFrom(n *node, ip string) int {
 // TestReadIdleTimeout: an established connection that sends nothing for
 // ReadIdleTimeout is closed; one that sends keepalives is not.
 func TestReadIdleTimeout(t *testing.T) {
-	lim := Limits{ReadIdleTimeout: 200 * time.Millisecond}
+	lim := Limits{ReadIdleTimeout: 300 * time.Millisecond}
 	d := newNode(t, NewConfig().WithLimits(lim))
 	silent := dialRaw(t, d.addr, nil)
 	silent.send(t, one(d.sink, nil, wrapperspb.String("once")))
@@ -114,9 +114,9 @@ func TestReadIdleTimeout(t *testing.T) {
 	d.recv(t)
 
 	start := time.Now()
-	tick := time.NewTicker(lim.ReadIdleTimeout / 4)
+	tick := time.NewTicker(lim.ReadIdleTimeout / 10)
 	defer tick.Stop()
-	for time.Since(start) < 4*lim.ReadIdleTimeout {
+	for time.Since(start) < 3*lim.ReadIdleTimeout {
 		<-tick.C
 		talker.send(t, &Envelope{}) // keepalive
 	}

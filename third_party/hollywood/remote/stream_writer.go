@@ -222,7 +222,8 @@ func (w *streamWriter) shutdown(ctx context.Context, reason string) {
 	w.queue = nil
 	w.mu.Unlock()
 	w.r.forget(w)
-	slog.Debug("stream writer closed", "remote", w.addr, "reason", reason, "dropped", dropped)
+	// Upstream's router logged this line; operators (and tests) know it.
+	slog.Debug("stream terminated", "remote", w.addr, "reason", reason, "dropped", dropped)
 	if ctx.Err() == nil {
 		w.r.engine.BroadcastEvent(actor.RemoteUnreachableEvent{ListenAddr: w.addr})
 	}
