@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/netip"
@@ -127,5 +128,31 @@ func TestReadIdleTimeout(t *testing.T) {
 	default:
 	}
 	talker.send(t, one(d.sink, nil, wrapperspb.String("still")))
+	d.recv(t)
+	d.ref.none(t) // keepalives and an idle close are not refusals
+}
+
+// TestHandshakeFailureRefused: a client whose certificate is not of the
+// CA is refused at the handshake; others go on.
+func TestHandshakeFailureRefused(t *testing.T) {
+	p := newPKI(t)
+	d := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/daemon")))
+	stranger := newPKI(t).config(t, "spiffe://elsewhere/x")
+	stranger.RootCAs = p.pool // it trusts the daemon; the daemon does not trust it
+	c, err := tls.Dial("tcp", d.addr, stranger)
+	if err == nil {
+		// TLS 1.3: the client learns of the rejection on its first read.
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
+	}
+	if err == nil || os.IsTimeout(err) {
+		t.Fatalf("a stranger's handshake: %v", err)
+	}
+	if rf := d.ref.wait(t); rf.Reason != RefuseHandshake {
+		t.Fatalf("refusal %q (%v), want %q", rf.Reason, rf.Err, RefuseHandshake)
+	}
+	ok := dialRaw(t, d.addr, p.config(t, "spiffe://mesh/ok"))
+	ok.send(t, one(d.sink, nil, wrapperspb.String("fine")))
 	d.recv(t)
 }
