@@ -3,6 +3,7 @@ package remote
 import (
 	"bytes"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -290,5 +291,56 @@ func TestStalledPeerCostsOnlyItsWriter(t *testing.T) {
 	caller.r.Stop().Wait()
 	if took := time.Since(start); took > lim.IdleTimeout/2 {
 		t.Errorf("Stop took %v with a stalled write", took)
+	}
+}
+
+// TestSendsRaceIdleClose: senders racing a writer that idles out every
+// millisecond lose nothing (a closing writer takes no more sends; they go
+// to its successor).
+func TestSendsRaceIdleClose(t *testing.T) {
+	const senders, each = 8, 200
+	d := newNode(t, NewConfig())
+	caller := newNode(t, NewConfig().WithLimits(Limits{IdleTimeout: time.Millisecond}))
+	events := subscribe(t, caller.e)
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Go(func() {
+			for i := range each {
+				caller.e.Send(d.sink, wrapperspb.Int64(int64(s*each+i)))
+				if i%20 == 0 {
+					time.Sleep(2 * time.Millisecond) // let the writer idle out
+				}
+			}
+		})
+	}
+	seen := map[int64]bool{}
+	for range senders * each {
+		seen[d.recv(t).msg.(*wrapperspb.Int64Value).GetValue()] = true
+	}
+	wg.Wait()
+	if len(seen) != senders*each {
+		t.Fatalf("%d distinct messages, want %d", len(seen), senders*each)
+	}
+	// The race was real: the writer did idle out meanwhile.
+	waitEvent(t, events, func(ev any) bool {
+		u, ok := ev.(actor.RemoteUnreachableEvent)
+		return ok && u.ListenAddr == d.addr
+	})
+}
+
+// TestSendAfterStopIsDropped: sends after Stop neither panic nor start
+// anything.
+func TestSendAfterStopIsDropped(t *testing.T) {
+	caller := newNode(t, NewConfig())
+	caller.r.Stop().Wait()
+	caller.e.Send(actor.NewPID(freeAddr(t), "x"), wrapperspb.String("late"))
+	if release := caller.r.Hold("127.0.0.1:1"); release != nil {
+		release()
+	}
+	caller.r.mu.Lock()
+	n := len(caller.r.writers)
+	caller.r.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d writers after Stop", n)
 	}
 }
