@@ -170,10 +170,13 @@ func (n *Node) Prepare(home, codexBin string) (Launch, error) {
 	}
 	// The user's own home is their HOME: the daemon's is not theirs to
 	// read, and a login shell finds no profile of anyone else's there.
-	l.Env = append(l.Env, "HOME="+home)
+	// TMPDIR is /var/tmp (an empty tmpfs of its own under bubblewrap): the
+	// CLI refuses to make its helper links (codex-linux-sandbox, which its
+	// own sandbox execs) in a CODEX_HOME under TMPDIR, and without them
+	// that sandbox cannot start where homes live under /tmp (tests).
+	l.Env = append(l.Env, "HOME="+home, "TMPDIR=/var/tmp")
 	if n.opts.Bwrap != "" {
 		l.Wrapper = n.bwrapArgs(home, codexBin)
-		l.Env = append(l.Env, "TMPDIR=/tmp")
 	}
 	return l, nil
 }
