@@ -114,6 +114,10 @@ func newEnv(t *testing.T, mutate func(*actors.Config)) *env {
 		Overrides: append(codexhome.Overrides(model.URL()), "model_catalog_json="+strconv.Quote(catalogPath)),
 		StopGrace: time.Second,
 		Logger:    slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// The homes are under /tmp, and the CLI makes no helper links
+		// (codex-linux-sandbox, which its own sandbox needs) in a
+		// CODEX_HOME under its TMPDIR.
+		CodexEnv: []string{"TMPDIR=/var/tmp"},
 	}
 	if mutate != nil {
 		mutate(&e.cfg)

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -285,5 +287,49 @@ func checkOwned(t *testing.T, path string, mode os.FileMode) {
 	}
 	if uid := fi.Sys().(*syscall.Stat_t).Uid; uid < testUIDs.Lo || uid > testUIDs.Hi || fi.Mode().Perm() != mode {
 		t.Errorf("%s: uid %d mode %v, want a uid in %s and %v", path, uid, fi.Mode().Perm(), testUIDs, mode)
+	}
+}
+
+// servable readies a test's folders for `supervisor serve` run as root,
+// which separates users by default: root and its parent passable by the
+// users' uids, the workspace readable, the readOnly files readable and
+// bound into the sandboxes (the returned --sandbox-ro flags).
+func servable(t *testing.T, root, workspace string, readOnly ...string) []string {
+	t.Helper()
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(workspace, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, p := range readOnly {
+		if err := os.Chmod(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--sandbox-ro", p)
+	}
+	return args
+}
+
+// TestReadyzWarnsSharedUID: a warning of the isolation (the shared-uid
+// mode) follows "ready" in /readyz.
+func TestReadyzWarnsSharedUID(t *testing.T) {
+	n, err := isolate.New(isolate.Options{Homes: t.TempDir(), AllowShared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := startOps("127.0.0.1:0", newRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ops.stop()
+	ops.warning = n.Warning()
+	ops.ready.Store(true)
+	code, body := opsHTTP(t, "http://"+ops.Addr()+"/readyz")
+	if code != http.StatusOK || !strings.HasPrefix(body, "ready\nwarning: users are not separated") {
+		t.Errorf("/readyz = %d %q, want 200, ready and the warning", code, body)
 	}
 }
