@@ -11,20 +11,24 @@ import (
 )
 
 // registryActor is the one writer of a user's thread records and turn
-// journal (CODEX_HOME/meshweaver/). Damaged files read as unknown, are
-// logged, and get rewritten by the next record: never a crash, never a
-// stuck thread.
+// journal ({Homes}/<user>/meshweaver/threads and journal: the daemon's
+// folder of the user, beside CODEX_HOME, which the user's app-server may
+// write all of and so must not hold what the daemon trusts). Damaged files
+// read as unknown, are logged, and get rewritten by the next record: never
+// a crash, never a stuck thread.
 type registryActor struct {
 	reg     *store.Registry
 	journal *store.Journal
+	home    string
 	log     *slog.Logger
 }
 
 func newRegistryActor(cfg *Config, user, home string) actor.Producer {
 	return func() actor.Receiver {
 		return &registryActor{
-			reg:     store.NewRegistry(home),
-			journal: store.NewJournal(home),
+			reg:     store.NewRegistry(filepath.Dir(home)),
+			journal: store.NewJournal(filepath.Dir(home)),
+			home:    home,
 			log:     cfg.Logger.With("user", userTag(user), "actor", "registry"),
 		}
 	}
@@ -33,6 +37,7 @@ func newRegistryActor(cfg *Config, user, home string) actor.Producer {
 func (a *registryActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
 	case actor.Started:
+		a.moveLegacy()
 		a.removeStaleTemps()
 	case lookupThread:
 		m.reply <- a.lookup(m.key)
@@ -89,4 +94,30 @@ func (a *registryActor) lookup(key string) threadLookup {
 		out.turns = turns
 	}
 	return out
+}
+
+// moveLegacy moves the records and journal of an older daemon, which kept
+// them in CODEX_HOME/meshweaver/, to the daemon's folder of the user, once
+// (when the new folder has none yet).
+func (a *registryActor) moveLegacy() {
+	for _, dir := range []string{filepath.Dir(a.reg.Path("x")), filepath.Dir(a.journal.Path("x"))} {
+		old := filepath.Join(a.home, "meshweaver", filepath.Base(dir))
+		fi, err := os.Lstat(old)
+		if err != nil || !fi.IsDir() {
+			continue // none, or not a plain folder (never followed)
+		}
+		if _, err := os.Lstat(dir); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+			a.log.Warn("moving thread records out of the home", "err", err)
+			continue
+		}
+		if err := os.Rename(old, dir); err != nil {
+			a.log.Warn("moving thread records out of the home", "err", err)
+			continue
+		}
+		a.log.Info("moved thread records out of the home", "folder", filepath.Base(dir))
+	}
+	_ = os.Remove(filepath.Join(a.home, "meshweaver")) // only when empty
 }

@@ -1171,7 +1171,7 @@ func TestDamageRegistryAndJournal(t *testing.T) {
 	c := h.caller()
 	const key = "mesh/damaged"
 	home := userHome(t, h, "alice")
-	reg, jr := store.NewRegistry(home), store.NewJournal(home)
+	reg, jr := store.NewRegistry(filepath.Dir(home)), store.NewJournal(filepath.Dir(home))
 	n := 0
 	round := func(text string) roundResult {
 		n++

@@ -474,7 +474,7 @@ func (e *env) appServer(user string) proctest.Proc {
 // registryThread reads the thread record of key in user's home.
 func (e *env) registryThread(user, key string) string {
 	e.t.Helper()
-	path := filepath.Join(e.home(user), "meshweaver", "threads", store.KeyPrefix(key)+".txt")
+	path := filepath.Join(filepath.Dir(e.home(user)), "meshweaver", "threads", store.KeyPrefix(key)+".txt")
 	data, err := os.ReadFile(path)
 	if err != nil {
 		e.t.Fatalf("registry record: %v", err)

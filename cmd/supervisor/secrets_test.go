@@ -464,7 +464,7 @@ func TestHostileUserIDs(t *testing.T) {
 	}
 	home := r.home("hostile-bob")
 	for _, key := range keys {
-		if _, err := os.Stat(filepath.Join(home, "meshweaver", "threads", store.KeyPrefix(key)+".txt")); err != nil {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(home), "meshweaver", "threads", store.KeyPrefix(key)+".txt")); err != nil {
 			t.Errorf("thread %.40q: no record under its key prefix: %v", key, err)
 		}
 	}
@@ -516,7 +516,7 @@ func TestHostileCrossUserThread(t *testing.T) {
 
 	aliceHome, malloryHome := r.home(alice), r.home(mallory)
 	record := func(home string) string {
-		data, err := os.ReadFile(filepath.Join(home, "meshweaver", "threads", store.KeyPrefix(key)+".txt"))
+		data, err := os.ReadFile(filepath.Join(filepath.Dir(home), "meshweaver", "threads", store.KeyPrefix(key)+".txt"))
 		if err != nil {
 			t.Errorf("thread record in %s: %v", home, err)
 		}

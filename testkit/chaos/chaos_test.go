@@ -395,7 +395,7 @@ func (h *harness) checkFiles(final bool) {
 	t := h.t
 	for _, u := range h.users() {
 		home := h.home(u)
-		reg, journal := store.NewRegistry(home), store.NewJournal(home)
+		reg, journal := store.NewRegistry(filepath.Dir(home)), store.NewJournal(filepath.Dir(home))
 		for _, th := range h.threads(u) {
 			if id, err := reg.Lookup(th); err != nil {
 				t.Errorf("registry of %s %s: %v", u, th, err)
@@ -424,7 +424,7 @@ func (h *harness) checkFiles(final bool) {
 func (h *harness) tempFiles() []string {
 	var out []string
 	for _, u := range h.users() {
-		_ = filepath.WalkDir(filepath.Join(h.home(u), "meshweaver"), func(path string, d os.DirEntry, err error) error {
+		_ = filepath.WalkDir(filepath.Join(filepath.Dir(h.home(u)), "meshweaver"), func(path string, d os.DirEntry, err error) error {
 			if err == nil && !d.IsDir() && strings.Contains(d.Name(), ".tmp") {
 				out = append(out, path)
 			}
