@@ -425,7 +425,7 @@ func (a *codexActor) launch() {
 				return
 			}
 			cfg.Wrapper, cfg.Credential = l.Wrapper, l.Credential
-			cfg.Env = codexrpc.AllowedEnv(cfg.Env, l.Env)
+			cfg.Env = setEnv(cfg.Env, l.Env)
 			if l.Wrapper != nil {
 				cfg.Dir = "/" // bubblewrap changes into the workspace itself
 			}

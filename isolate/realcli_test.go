@@ -81,7 +81,7 @@ func start(t *testing.T, n *isolate.Node, bin, home string, isolated bool) (*cod
 			t.Fatal(err)
 		}
 		cfg.Wrapper, cfg.Credential = l.Wrapper, l.Credential
-		cfg.Env = codexrpc.AllowedEnv(cfg.Env, l.Env)
+		cfg.Env = append(cfg.Env, l.Env...) // later values win in exec
 		if l.Wrapper != nil {
 			cfg.Dir = "/"
 		}
