@@ -84,6 +84,9 @@ func TestUsersIsolated(t *testing.T) {
 }
 
 func testUsersIsolated(t *testing.T, mode string) {
+	// A secret of the daemon's own environment, which no app-server sees.
+	const daemonSecret = "daemon-env-secret-4b1d"
+	t.Setenv("MESHWEAVER_TEST_DAEMON_SECRET", daemonSecret)
 	e := newEnv(t, func(c *actors.Config) {
 		c.Sandbox = "workspace-write"
 		isolated(t, mode, true, false)(c)
@@ -134,6 +137,7 @@ func testUsersIsolated(t *testing.T, mode string) {
 		{"ls-homes", "ls -a " + e.homes},
 		{"ls-bob", "ls -a " + filepath.Dir(bobHome)},
 		{"write-home", "echo x > " + pwned},
+		{"env", "env; cat /proc/[0-9]*/environ | tr '\\0' '\\n'"},
 	}
 	for i, pid := range bobPIDs {
 		hostile = append(hostile,
@@ -166,6 +170,13 @@ func testUsersIsolated(t *testing.T, mode string) {
 		}
 		failed := !strings.Contains(out, "Process exited with code 0")
 		switch {
+		case h.id == "env":
+			if strings.Contains(out, daemonSecret) {
+				t.Errorf("the daemon's environment reached alice's agent: %q", out)
+			}
+			if !strings.Contains(out, "CODEX_HOME=") {
+				t.Errorf("env printed no environment: %q", out)
+			}
 		case h.id == "ls-homes":
 			// Under bubblewrap the listing works and shows alice alone.
 			if strings.Contains(out, "bob") {
@@ -194,14 +205,14 @@ func testUsersIsolated(t *testing.T, mode string) {
 	if b, err := os.ReadFile(filepath.Join(ws, "from-alice.txt")); err != nil || string(b) != "patched by alice\n" {
 		t.Errorf("the patched file: %q, %v", b, err)
 	}
-	if strings.Contains(r.String(), "bobsecret") {
+	if strings.Contains(r.String(), "bobsecret") || strings.Contains(r.String(), daemonSecret) {
 		t.Errorf("bob's key in alice's round: %v", r)
 	}
 	if len(reqs) < len(script) {
 		t.Errorf("the model got %d requests from alice, want %d", len(reqs), len(script))
 	}
 	for _, q := range reqs {
-		if strings.Contains(string(q.Body), "bobsecret") || strings.Contains(fmt.Sprint(q.Header), "bobsecret") {
+		if strings.Contains(string(q.Body), "bobsecret") || strings.Contains(fmt.Sprint(q.Header), "bobsecret") || strings.Contains(string(q.Body), daemonSecret) {
 			t.Errorf("alice's request #%d to the model carries bob's key", q.Seq)
 		}
 	}
