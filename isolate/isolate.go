@@ -78,6 +78,7 @@ type Node struct {
 
 	mu     sync.Mutex
 	owners map[uint32]string // uid → user folder, once the homes were scanned
+	sole   string            // in shared mode, the one user folder served
 }
 
 // New returns a Node for opts; relative paths are made absolute.
@@ -181,16 +182,36 @@ func (n *Node) Prepare(home, codexBin string) (Launch, error) {
 	return l, nil
 }
 
-// soleUser refuses userDir when another user's folder exists under Homes.
+// soleUser refuses userDir unless it is the one user this shared node
+// serves: the user whose home (a CODEX_HOME, made only by a start) is
+// under Homes, or, when there is none yet, the first to start. A folder a
+// second user got by other means (a stored key) does not count, so a
+// second user cannot lock the first out. Homes of several users (left by
+// an earlier run with --allow-shared-uid or with separation) refuse all.
 func (n *Node) soleUser(userDir string) error {
-	entries, err := os.ReadDir(n.opts.Homes)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("listing %s: %w", n.opts.Homes, err)
-	}
-	for _, e := range entries {
-		if e.IsDir() && filepath.Join(n.opts.Homes, e.Name()) != userDir {
+	if n.sole == "" {
+		entries, err := os.ReadDir(n.opts.Homes)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("listing %s: %w", n.opts.Homes, err)
+		}
+		var served []string
+		for _, e := range entries {
+			dir := filepath.Join(n.opts.Homes, e.Name())
+			if fi, err := os.Lstat(filepath.Join(dir, ".codex")); err == nil && fi.IsDir() {
+				served = append(served, dir)
+			}
+		}
+		switch len(served) {
+		case 0:
+			n.sole = userDir
+		case 1:
+			n.sole = served[0]
+		default:
 			return ErrShared
 		}
+	}
+	if n.sole != userDir {
+		return ErrShared
 	}
 	return nil
 }

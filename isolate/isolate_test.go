@@ -125,23 +125,31 @@ func TestUIDAllocation(t *testing.T) {
 }
 
 // TestSharedRefusesSecondUser: with neither a uid switch nor bubblewrap,
-// the first user is served and another refused, unless AllowShared.
+// the first user is served and another refused, unless AllowShared; a
+// second user's folder without a home (a stored key) does not lock the
+// first out, and a restart keeps serving the first.
 func TestSharedRefusesSecondUser(t *testing.T) {
 	for _, allow := range []bool{false, true} {
 		homes := t.TempDir()
-		n := newTestNode(t, Options{Homes: homes, AllowShared: allow})
-		if n.Mode() != "shared" || n.Warning() == "" {
-			t.Errorf("mode %q warning %q", n.Mode(), n.Warning())
-		}
-		if err := os.MkdirAll(filepath.Join(homes, "alice", ".codex"), 0o700); err != nil {
+		home := func(u string) string { return filepath.Join(homes, u, ".codex") }
+		if err := os.MkdirAll(filepath.Join(homes, "bob", "meshweaver"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := n.Prepare(filepath.Join(homes, "alice", ".codex"), ""); err != nil {
-			t.Errorf("first user: %v", err)
-		}
-		_, err := n.Prepare(filepath.Join(homes, "bob", ".codex"), "")
-		if allow != (err == nil) || (!allow && !errors.Is(err, ErrShared)) {
-			t.Errorf("allow=%v: second user: %v", allow, err)
+		for run := range 2 {
+			n := newTestNode(t, Options{Homes: homes, AllowShared: allow})
+			if n.Mode() != "shared" || n.Warning() == "" {
+				t.Errorf("mode %q warning %q", n.Mode(), n.Warning())
+			}
+			if _, err := n.Prepare(home("alice"), ""); err != nil {
+				t.Errorf("allow=%v run %d: first user: %v", allow, run, err)
+			}
+			if err := os.MkdirAll(home("alice"), 0o700); err != nil { // the start makes it
+				t.Fatal(err)
+			}
+			_, err := n.Prepare(home("bob"), "")
+			if allow != (err == nil) || (!allow && !errors.Is(err, ErrShared)) {
+				t.Errorf("allow=%v run %d: second user: %v", allow, run, err)
+			}
 		}
 	}
 }

@@ -79,16 +79,21 @@ func TestUsersIsolated(t *testing.T) {
 		t.Skip("the uid switch needs root; CI runs as root")
 	}
 	for _, mode := range []string{"uid+bwrap", "uid", "bwrap"} {
-		t.Run(mode, func(t *testing.T) { testUsersIsolated(t, mode) })
+		t.Run(mode, func(t *testing.T) { testUsersIsolated(t, mode, "workspace-write") })
+	}
+	// Without the CLI's own sandbox (its pid namespace hides processes
+	// too), each layer alone still holds.
+	for _, mode := range []string{"uid", "bwrap"} {
+		t.Run(mode+"/danger-full-access", func(t *testing.T) { testUsersIsolated(t, mode, "danger-full-access") })
 	}
 }
 
-func testUsersIsolated(t *testing.T, mode string) {
+func testUsersIsolated(t *testing.T, mode, sandbox string) {
 	// A secret of the daemon's own environment, which no app-server sees.
 	const daemonSecret = "daemon-env-secret-4b1d"
 	t.Setenv("MESHWEAVER_TEST_DAEMON_SECRET", daemonSecret)
 	e := newEnv(t, func(c *actors.Config) {
-		c.Sandbox = "workspace-write"
+		c.Sandbox = sandbox
 		isolated(t, mode, true, false)(c)
 	})
 	uids := strings.Contains(mode, "uid")
