@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
@@ -98,13 +100,27 @@ func (a *registryActor) lookup(key string) threadLookup {
 
 // moveLegacy moves the records and journal of an older daemon, which kept
 // them in CODEX_HOME/meshweaver/, to the daemon's folder of the user, once
-// (when the new folder has none yet).
+// (when the new folder has none yet). The home may belong to the user's
+// uid, whose agent could have put a symlink or a folder of its own there to
+// make the daemon move someone else's files: only folders the daemon owns
+// are moved, reached through a descriptor of the checked folder (openat),
+// never through a symlink.
 func (a *registryActor) moveLegacy() {
+	oldDir := filepath.Join(a.home, "meshweaver")
+	fd, err := unix.Open(oldDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return // none, or not a plain folder
+	}
+	defer unix.Close(fd)
+	euid := uint32(os.Geteuid())
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Uid != euid {
+		return
+	}
 	for _, dir := range []string{filepath.Dir(a.reg.Path("x")), filepath.Dir(a.journal.Path("x"))} {
-		old := filepath.Join(a.home, "meshweaver", filepath.Base(dir))
-		fi, err := os.Lstat(old)
-		if err != nil || !fi.IsDir() {
-			continue // none, or not a plain folder (never followed)
+		name := filepath.Base(dir)
+		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != euid {
+			continue
 		}
 		if _, err := os.Lstat(dir); err == nil {
 			continue
@@ -113,11 +129,12 @@ func (a *registryActor) moveLegacy() {
 			a.log.Warn("moving thread records out of the home", "err", err)
 			continue
 		}
-		if err := os.Rename(old, dir); err != nil {
+		if err := unix.Renameat(fd, name, unix.AT_FDCWD, dir); err != nil {
 			a.log.Warn("moving thread records out of the home", "err", err)
 			continue
 		}
-		a.log.Info("moved thread records out of the home", "folder", filepath.Base(dir))
+		a.log.Info("moved thread records out of the home", "folder", name)
 	}
-	_ = os.Remove(filepath.Join(a.home, "meshweaver")) // only when empty
+	_ = unix.Unlinkat(fd, ProcRecordName, 0)                    // an old pid record: ignored now
+	_ = unix.Unlinkat(unix.AT_FDCWD, oldDir, unix.AT_REMOVEDIR) // only when empty
 }
