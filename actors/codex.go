@@ -446,7 +446,11 @@ func (a *codexActor) launch() {
 		a.mu.Unlock()
 		go a.watch(gen, p, record)
 		if st, err := store.ProcStartTime(p.PID()); err == nil {
-			if err := store.WriteProcRecord(record, store.ProcRecord{PID: p.PID(), StartTime: st, Exe: cfg.Binary}); err != nil {
+			exe := cfg.Binary
+			if len(cfg.Wrapper) > 0 {
+				exe = cfg.Wrapper[0] // the pid is bubblewrap's
+			}
+			if err := store.WriteProcRecord(record, store.ProcRecord{PID: p.PID(), StartTime: st, Exe: exe}); err != nil {
 				a.log.Warn("recording the app-server's pid", "err", err)
 			}
 		}
