@@ -39,6 +39,7 @@ type serveOptions struct {
 	stallTimeout   time.Duration
 	loginGrant     time.Duration
 	tls            tlsOptions
+	isolation      isolationOptions
 }
 
 func serveFlags(fs *flag.FlagSet) *serveOptions {
@@ -63,6 +64,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.DurationVar(&o.stallTimeout, "stall-timeout", 10*time.Minute, "interrupt a turn that made no progress for this long")
 	fs.DurationVar(&o.loginGrant, "login-grant", 15*time.Minute, "cancel a device-code login not approved within this long")
 	o.tls.register(fs)
+	o.isolation.register(fs)
 	return o
 }
 
@@ -99,6 +101,9 @@ func (o *serveOptions) validate() error {
 		errs = append(errs, errors.New("timeouts, --queue-limit and --max-live must be positive"))
 	}
 	if _, err := o.tls.config(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.isolation.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -141,6 +146,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	iso, err := o.isolation.node(o.homes, o.workspace, []string{o.tls.cert, o.tls.key, o.tls.ca}, log)
+	if err != nil {
+		return err
+	}
 	reg := newRegistry()
 	d, err := startDaemon(o.listen, tlsConf, actors.Config{
 		Homes: o.homes, Workspace: o.workspace, CodexBin: bin,
@@ -149,6 +158,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit,
 		IdleTimeout: o.idleTimeout, MaxLive: o.maxLive, StallTimeout: o.stallTimeout,
 		LoginGrant: o.loginGrant, Logger: log, Metrics: actors.NewMetrics(reg),
+		Isolation: iso,
 	})
 	if err != nil {
 		return err
@@ -162,6 +172,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			_ = d.stop(o.stopTimeout)
 			return err
 		}
+		ops.warning = iso.Warning()
 		ops.ready.Store(true)
 		log.Info("metrics serving", "listen", ops.Addr())
 		quit := make(chan struct{})
