@@ -23,10 +23,18 @@ import (
 // startup status right after thread/start).
 const maxEarlyNotes = 256
 
-// ProcRecordName is the file, in CODEX_HOME/meshweaver/, that records the
-// pid and start time of the user's live app-server, so that a daemon that
-// was killed outright can end it on its next start.
+// ProcRecordName is the file, in the daemon's folder of the user
+// ({Homes}/<user>/meshweaver/, see ProcRecordPath), that records the pid and
+// start time of the user's live app-server, so that a daemon that was
+// killed outright can end it on its next start.
 const ProcRecordName = "appserver.pid"
+
+// ProcRecordPath is where the pid record of the app-server of home (a
+// CODEX_HOME) is kept: beside the home, in the daemon's folder of the user,
+// where the app-server (which may write all of its home) cannot reach.
+func ProcRecordPath(home string) string {
+	return filepath.Join(filepath.Dir(home), "meshweaver", ProcRecordName)
+}
 
 // ErrUnavailable reports a user whose app-server crashed too often: no
 // start is tried until the cool-down ends.
@@ -392,7 +400,7 @@ func (a *codexActor) launch() {
 			},
 		},
 	}
-	record := filepath.Join(a.home, "meshweaver", ProcRecordName)
+	record := ProcRecordPath(a.home)
 	// The stored API key is redacted from everything the process says,
 	// before it can say anything.
 	if key, ok, err := a.creds.APIKey(); err == nil && ok {
@@ -406,6 +414,24 @@ func (a *codexActor) launch() {
 			a.log.Warn("reaping a leftover app-server", "err", err)
 		} else if reaped {
 			a.log.Warn("ended an app-server a previous daemon left running")
+		}
+		if iso := a.cfg.Isolation; iso != nil {
+			// Its uid, its home's owner and modes, its sandbox: before the
+			// start, on this goroutine (a first allocation chowns a home).
+			bin, err := codexrpc.ResolveBinary(cfg.Binary)
+			if err == nil {
+				cfg.Binary = bin
+			}
+			l, err := iso.Prepare(a.home, cfg.Binary)
+			if err != nil {
+				engine.Send(self, codexStartFailed{gen: gen, err: fmt.Errorf("starting codex: %w", err)})
+				return
+			}
+			cfg.Wrapper, cfg.Credential = l.Wrapper, l.Credential
+			cfg.Env = setEnv(cfg.Env, l.Env)
+			if l.Wrapper != nil {
+				cfg.Dir = "/" // bubblewrap changes into the workspace itself
+			}
 		}
 		p, err := codexrpc.Start(cfg)
 		if err != nil {
@@ -423,7 +449,11 @@ func (a *codexActor) launch() {
 		a.mu.Unlock()
 		go a.watch(gen, p, record)
 		if st, err := store.ProcStartTime(p.PID()); err == nil {
-			if err := store.WriteProcRecord(record, store.ProcRecord{PID: p.PID(), StartTime: st, Exe: cfg.Binary}); err != nil {
+			exe := cfg.Binary
+			if len(cfg.Wrapper) > 0 {
+				exe = cfg.Wrapper[0] // the pid is bubblewrap's
+			}
+			if err := store.WriteProcRecord(record, store.ProcRecord{PID: p.PID(), StartTime: st, Exe: exe}); err != nil {
 				a.log.Warn("recording the app-server's pid", "err", err)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/store"
 )
 
@@ -68,6 +69,10 @@ type Config struct {
 	OutboxLimit  int
 	// StopGrace is each polite step of stopping an app-server (default 2s).
 	StopGrace time.Duration
+	// Isolation separates the users' app-servers (their uids, their
+	// sandboxes); nil starts them all as the daemon's user with its view of
+	// the files, as the fakes of the tests need. serve always sets it.
+	Isolation *isolate.Node
 	// Logger receives everything (slog.Default when nil).
 	Logger *slog.Logger
 	// Metrics receives the counters (unregistered ones when nil).

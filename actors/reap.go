@@ -12,13 +12,13 @@ import (
 
 // ReapOrphans ends the app-servers a previous daemon instance left running
 // under homes (it was killed outright, so it could not stop them). Each
-// user's live app-server is recorded in CODEX_HOME/meshweaver/appserver.pid
-// with its start time; such a process is signalled only when its start time
+// user's live app-server is recorded in {homes}/<user>/meshweaver/appserver.pid
+// (ProcRecordPath) with its start time; such a process is signalled only when its start time
 // proves it is the recorded one. The orphans those CLIs left outside their
 // process group are ended too (see sweepStrays). It returns how many
 // processes were ended.
 func ReapOrphans(homes string, grace time.Duration, log *slog.Logger) int {
-	records, err := filepath.Glob(filepath.Join(homes, "*", ".codex", "meshweaver", ProcRecordName))
+	records, err := filepath.Glob(filepath.Join(homes, "*", "meshweaver", ProcRecordName))
 	if err != nil {
 		log.Error("looking for leftover app-servers", "err", err)
 		return 0

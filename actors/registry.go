@@ -6,25 +6,31 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // registryActor is the one writer of a user's thread records and turn
-// journal (CODEX_HOME/meshweaver/). Damaged files read as unknown, are
-// logged, and get rewritten by the next record: never a crash, never a
-// stuck thread.
+// journal ({Homes}/<user>/meshweaver/threads and journal: the daemon's
+// folder of the user, beside CODEX_HOME, which the user's app-server may
+// write all of and so must not hold what the daemon trusts). Damaged files
+// read as unknown, are logged, and get rewritten by the next record: never
+// a crash, never a stuck thread.
 type registryActor struct {
 	reg     *store.Registry
 	journal *store.Journal
+	home    string
 	log     *slog.Logger
 }
 
 func newRegistryActor(cfg *Config, user, home string) actor.Producer {
 	return func() actor.Receiver {
 		return &registryActor{
-			reg:     store.NewRegistry(home),
-			journal: store.NewJournal(home),
+			reg:     store.NewRegistry(filepath.Dir(home)),
+			journal: store.NewJournal(filepath.Dir(home)),
+			home:    home,
 			log:     cfg.Logger.With("user", userTag(user), "actor", "registry"),
 		}
 	}
@@ -33,6 +39,7 @@ func newRegistryActor(cfg *Config, user, home string) actor.Producer {
 func (a *registryActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
 	case actor.Started:
+		a.moveLegacy()
 		a.removeStaleTemps()
 	case lookupThread:
 		m.reply <- a.lookup(m.key)
@@ -89,4 +96,45 @@ func (a *registryActor) lookup(key string) threadLookup {
 		out.turns = turns
 	}
 	return out
+}
+
+// moveLegacy moves the records and journal of an older daemon, which kept
+// them in CODEX_HOME/meshweaver/, to the daemon's folder of the user, once
+// (when the new folder has none yet). The home may belong to the user's
+// uid, whose agent could have put a symlink or a folder of its own there to
+// make the daemon move someone else's files: only folders the daemon owns
+// are moved, reached through a descriptor of the checked folder (openat),
+// never through a symlink.
+func (a *registryActor) moveLegacy() {
+	oldDir := filepath.Join(a.home, "meshweaver")
+	fd, err := unix.Open(oldDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return // none, or not a plain folder
+	}
+	defer unix.Close(fd)
+	euid := uint32(os.Geteuid())
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Uid != euid {
+		return
+	}
+	for _, dir := range []string{filepath.Dir(a.reg.Path("x")), filepath.Dir(a.journal.Path("x"))} {
+		name := filepath.Base(dir)
+		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != euid {
+			continue
+		}
+		if _, err := os.Lstat(dir); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+			a.log.Warn("moving thread records out of the home", "err", err)
+			continue
+		}
+		if err := unix.Renameat(fd, name, unix.AT_FDCWD, dir); err != nil {
+			a.log.Warn("moving thread records out of the home", "err", err)
+			continue
+		}
+		a.log.Info("moved thread records out of the home", "folder", name)
+	}
+	_ = unix.Unlinkat(fd, ProcRecordName, 0)                    // an old pid record: ignored now
+	_ = unix.Unlinkat(unix.AT_FDCWD, oldDir, unix.AT_REMOVEDIR) // only when empty
 }

@@ -26,7 +26,7 @@ func TestRoundCreatesThenResumes(t *testing.T) {
 		t.Errorf("first round verdict = %+v, want a fresh thread", r1.verdict)
 	}
 	home := filepath.Join(h.cfg.Homes, "alice", ".codex")
-	rec := filepath.Join(home, "meshweaver", "threads", store.KeyPrefix("mesh/t1")+".txt")
+	rec := filepath.Join(filepath.Dir(home), "meshweaver", "threads", store.KeyPrefix("mesh/t1")+".txt")
 	data, err := os.ReadFile(rec)
 	if err != nil {
 		t.Fatalf("registry file: %v", err)

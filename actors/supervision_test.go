@@ -317,7 +317,7 @@ func userHome(t testing.TB, h *harness, user string) string {
 // app-server (0 when there is no record).
 func appServerPID(t testing.TB, h *harness, user string) int {
 	t.Helper()
-	rec, err := store.ReadProcRecord(filepath.Join(userHome(t, h, user), "meshweaver", ProcRecordName))
+	rec, err := store.ReadProcRecord(ProcRecordPath(userHome(t, h, user)))
 	if err != nil {
 		return 0
 	}
@@ -1173,7 +1173,7 @@ func TestDamageRegistryAndJournal(t *testing.T) {
 	c := h.caller()
 	const key = "mesh/damaged"
 	home := userHome(t, h, "alice")
-	reg, jr := store.NewRegistry(home), store.NewJournal(home)
+	reg, jr := store.NewRegistry(filepath.Dir(home)), store.NewJournal(filepath.Dir(home))
 	n := 0
 	round := func(text string) roundResult {
 		n++
@@ -1316,7 +1316,7 @@ func writeProcRecord(t *testing.T, homes, user string, rec store.ProcRecord) str
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(home, "meshweaver", ProcRecordName)
+	path := ProcRecordPath(home)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -1345,10 +1345,10 @@ func TestOrphanReapOrphans(t *testing.T) {
 	stranger, strangerRec, strangerExited := sleeper(t)
 	strangerRec.StartTime++ // the pid was reused by another process
 	strangerPath := writeProcRecord(t, homes, "bob", strangerRec)
-	if err := os.MkdirAll(filepath.Join(homes, "carol", ".codex", "meshweaver"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(homes, "carol", "meshweaver"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	garbage := filepath.Join(homes, "carol", ".codex", "meshweaver", ProcRecordName)
+	garbage := filepath.Join(homes, "carol", "meshweaver", ProcRecordName)
 	if err := os.WriteFile(garbage, []byte("pid 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

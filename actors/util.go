@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
@@ -23,6 +25,17 @@ func userTag(user string) string {
 // environ is the daemon's environment, filtered by codexrpc.AllowedEnv
 // before any child sees it.
 func environ() []string { return os.Environ() }
+
+// setEnv returns env with each KEY=VALUE of set replacing that key's value.
+func setEnv(env, set []string) []string {
+	out := slices.Clone(env)
+	for _, kv := range set {
+		k, _, _ := strings.Cut(kv, "=")
+		out = slices.DeleteFunc(out, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+		out = append(out, kv)
+	}
+	return out
+}
 
 // acquireWait bounds the wait for a client: a start may wait out a
 // backoff, reap a leftover process (up to three stop steps), exec, and

@@ -32,6 +32,14 @@ type Config struct {
 	// Env is the whole environment of the child, CODEX_HOME excepted (which
 	// is always set from Home). Nil means AllowedEnv(os.Environ()).
 	Env []string
+	// Wrapper, when set, is a command line the app-server is started under
+	// (bubblewrap and its arguments, ending in "--"): the process started,
+	// and so the pid and process group, is the wrapper's. Dir then applies
+	// to the wrapper, which must change directory itself.
+	Wrapper []string
+	// Credential, when set, is the uid and gid the process runs as (the
+	// daemon must be root or hold CAP_SETUID); groups are cleared.
+	Credential *syscall.Credential
 	// Redactor cleans the stderr tail and relayed stderr lines.
 	Redactor *Redactor
 	// Logger receives the relayed stderr (debug; ERROR lines at warn).
@@ -146,12 +154,20 @@ func Start(cfg Config) (*Process, error) {
 		return nil, fmt.Errorf("starting codex: %w", err)
 	}
 	cmd := exec.Command(cfg.Binary, args...)
+	if len(cfg.Wrapper) > 0 {
+		cmd = exec.Command(cfg.Wrapper[0], append(append(cfg.Wrapper[1:len(cfg.Wrapper):len(cfg.Wrapper)], cfg.Binary), args...)...)
+	}
 	cmd.Dir = cfg.Dir
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
 	// Its own group, so a stop reaches every process it started; Pdeathsig
 	// is a best effort for a daemon killed outright (it follows the thread).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if c := cfg.Credential; c != nil {
+		// Groups empty (not nil) with NoSetGroups false: setgroups(0) clears
+		// the daemon's supplementary groups.
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.Uid, Gid: c.Gid, Groups: []uint32{}}
+	}
 	if err := cmd.Start(); err != nil {
 		closeAll(stdinR, stdinW, stdoutR, stdoutW, stderrR, stderrW)
 		return nil, fmt.Errorf("starting codex %s: %w", cfg.Binary, err)

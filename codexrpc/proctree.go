@@ -88,8 +88,10 @@ func orphansOf(home string, since uint64) []procID {
 	return orphans(func(h string) bool { return h == home }, since)
 }
 
-// orphans lists this user's orphans (parent init), started no earlier than
-// since, whose CODEX_HOME satisfies match.
+// orphans lists the orphans (parent init), started no earlier than since,
+// whose CODEX_HOME satisfies match and that run as the daemon's user or as
+// the user owning that CODEX_HOME (an app-server started under a uid of
+// its own, see package isolate): never anyone else's process.
 func orphans(match func(codexHome string) bool, since uint64) []procID {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -110,7 +112,8 @@ func orphans(match func(codexHome string) bool, since uint64) []procID {
 		if err != nil {
 			continue
 		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != uid {
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
 			continue
 		}
 		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
@@ -119,7 +122,7 @@ func orphans(match func(codexHome string) bool, since uint64) []procID {
 		}
 		for _, kv := range bytes.Split(env, []byte{0}) {
 			if home, ok := bytes.CutPrefix(kv, []byte(envCodexHome)); ok {
-				if match(string(home)) {
+				if match(string(home)) && (int(st.Uid) == uid || ownerOf(string(home)) == int(st.Uid)) {
 					out = append(out, procID{pid, start})
 				}
 				break
@@ -136,4 +139,16 @@ func KillOrphans(match func(codexHome string) bool) int {
 	found := orphans(match, 0)
 	killIfSame(found)
 	return len(found)
+}
+
+// ownerOf is the uid owning path, or -1.
+func ownerOf(path string) int {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return -1
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int(st.Uid)
+	}
+	return -1
 }

@@ -73,10 +73,11 @@ type Journal struct {
 	dir string
 }
 
-// NewJournal returns the Journal kept in codexHome, with default bounds.
-// Nothing is touched on disk until Append.
-func NewJournal(codexHome string) *Journal {
-	return &Journal{dir: filepath.Join(codexHome, "meshweaver", "journal")}
+// NewJournal returns the Journal kept under dir (in dir/meshweaver/; the
+// daemon passes its own folder of the user, beside CODEX_HOME), with default
+// bounds. Nothing is touched on disk until Append.
+func NewJournal(dir string) *Journal {
+	return &Journal{dir: filepath.Join(dir, "meshweaver", "journal")}
 }
 
 // Path returns the file that holds key's journal, whether or not it exists.

@@ -39,10 +39,11 @@ type Registry struct {
 	dir string
 }
 
-// NewRegistry returns the Registry kept in codexHome. Nothing is touched on
-// disk until Record.
-func NewRegistry(codexHome string) *Registry {
-	return &Registry{dir: filepath.Join(codexHome, "meshweaver", "threads")}
+// NewRegistry returns the Registry kept under dir (in dir/meshweaver/; the
+// daemon passes its own folder of the user, beside CODEX_HOME). Nothing is
+// touched on disk until Record.
+func NewRegistry(dir string) *Registry {
+	return &Registry{dir: filepath.Join(dir, "meshweaver", "threads")}
 }
 
 // Path returns the file that holds key's record, whether or not it exists.

@@ -35,7 +35,16 @@ func (w *lockedWriter) String() string {
 // The account commands, end to end: supervisor login (device code against a
 // loopback issuer, then Ctrl-C on a second one), login --api-key-stdin,
 // account, models and logout, each a remote caller of a running daemon.
+// They run without isolation and, as root, with a uid per user and
+// bubblewrap, where the app-server writes auth.json as the user's uid.
 func TestAccountCommands(t *testing.T) {
+	t.Run("shared", func(t *testing.T) { testAccountCommands(t, "") })
+	if os.Geteuid() == 0 {
+		t.Run("uid+bwrap", func(t *testing.T) { testAccountCommands(t, "uid+bwrap") })
+	}
+}
+
+func testAccountCommands(t *testing.T, mode string) {
 	issuer, err := fakeissuer.Start(fakeissuer.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +56,9 @@ func TestAccountCommands(t *testing.T) {
 			"CODEX_REVOKE_TOKEN_URL_OVERRIDE="+issuer.RevokeURL())
 		// account/read reports an account only for a provider that needs one.
 		c.Overrides = append(c.Overrides, "model_providers.mock.requires_openai_auth=true")
+		if mode != "" {
+			isolated(t, mode, false, true)(c)
+		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -89,6 +101,9 @@ func TestAccountCommands(t *testing.T) {
 	if code, out, eo := cli(ctx, "", "account", addr, "--user=ann"); code != 0 || !strings.Contains(out, "chatgpt account") {
 		t.Errorf("account after login: exit %d, %q %q", code, out, eo)
 	}
+	if mode != "" {
+		checkOwned(t, filepath.Join(e.home("ann"), "auth.json"), 0o600)
+	}
 	if code, out, eo := cli(ctx, "", "logout", addr, "--user=ann"); code != 0 || !strings.Contains(out, "Logged out.") {
 		t.Errorf("logout: exit %d, %q %q", code, out, eo)
 	}
@@ -123,6 +138,9 @@ func TestAccountCommands(t *testing.T) {
 	}
 	if code, out, eo := cli(ctx, "", "account", addr, "--user=cid"); code != 0 || !strings.Contains(out, "apiKey account") {
 		t.Errorf("account with an API key: exit %d, %q %q", code, out, eo)
+	}
+	if mode != "" {
+		checkOwned(t, filepath.Join(e.home("cid"), "auth.json"), 0o600)
 	}
 	if code, out, eo := cli(ctx, "", "models", addr, "--user=cid"); code != 0 || !strings.Contains(out, "efforts:") || !strings.Contains(out, "(default)") {
 		t.Errorf("models: exit %d, %q %q", code, out, eo)

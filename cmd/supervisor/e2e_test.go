@@ -1011,6 +1011,7 @@ func TestBinaryServeAndRound(t *testing.T) {
 
 	args := []string{"serve", "--listen", addr, "--homes", homes, "--workspace", workspace, "--codex", bin,
 		"--log-format", "json", "--stop-timeout", "20s"}
+	args = append(args, servable(t, root, workspace)...)
 	for _, kv := range codexhome.Overrides(model.URL()) {
 		args = append(args, "--codex-override", kv)
 	}

@@ -114,6 +114,10 @@ func newEnv(t *testing.T, mutate func(*actors.Config)) *env {
 		Overrides: append(codexhome.Overrides(model.URL()), "model_catalog_json="+strconv.Quote(catalogPath)),
 		StopGrace: time.Second,
 		Logger:    slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// The homes are under /tmp, and the CLI makes no helper links
+		// (codex-linux-sandbox, which its own sandbox needs) in a
+		// CODEX_HOME under its TMPDIR.
+		CodexEnv: []string{"TMPDIR=/var/tmp"},
 	}
 	if mutate != nil {
 		mutate(&e.cfg)
@@ -470,7 +474,7 @@ func (e *env) appServer(user string) proctest.Proc {
 // registryThread reads the thread record of key in user's home.
 func (e *env) registryThread(user, key string) string {
 	e.t.Helper()
-	path := filepath.Join(e.home(user), "meshweaver", "threads", store.KeyPrefix(key)+".txt")
+	path := filepath.Join(filepath.Dir(e.home(user)), "meshweaver", "threads", store.KeyPrefix(key)+".txt")
 	data, err := os.ReadFile(path)
 	if err != nil {
 		e.t.Fatalf("registry record: %v", err)

@@ -70,6 +70,9 @@ type opsServer struct {
 	ln    net.Listener
 	ready atomic.Bool
 	done  chan struct{}
+	// warning, when set (before ready), follows "ready" in /readyz: what
+	// the operator must know, such as users not being separated.
+	warning string
 }
 
 // newRegistry is the daemon's Prometheus registry: its own collectors plus
@@ -97,6 +100,9 @@ func startOps(addr string, reg *prometheus.Registry, log *slog.Logger) (*opsServ
 			return
 		}
 		fmt.Fprintln(w, "ready")
+		if o.warning != "" {
+			fmt.Fprintln(w, "warning:", o.warning)
+		}
 	})
 	o.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {

@@ -945,6 +945,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	for _, o := range opsOverrides(t, root, model.URL()) {
 		args = append(args, "--codex-override", o)
 	}
+	args = append(args, servable(t, root, workspace, filepath.Join(root, codexhome.CatalogFile))...)
 	t.Cleanup(func() { waitNoCodex(t, bin, root) }) // runs after serve's cleanup
 	srv := opsStartServe(t, exe, args...)
 	metrics := srv.waitMsg("metrics serving")

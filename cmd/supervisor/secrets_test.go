@@ -294,12 +294,17 @@ func TestSecretsNeverLeak(t *testing.T) {
 	// Modes: homes 0700, credential and daemon files 0600.
 	secMode(t, r.homes, 0o700)
 	userDir := filepath.Dir(home)
-	for _, d := range []string{userDir, home, filepath.Join(userDir, "meshweaver"), filepath.Join(home, "meshweaver")} {
+	// The daemon's files about the user (stored key, pid record, thread
+	// records, journal) are beside the home, none in it.
+	for _, d := range []string{userDir, home, filepath.Join(userDir, "meshweaver")} {
 		secMode(t, d, 0o700)
+	}
+	if _, err := os.Lstat(filepath.Join(home, "meshweaver")); err == nil {
+		t.Errorf("the daemon keeps files in the home: %s", filepath.Join(home, "meshweaver"))
 	}
 	secMode(t, filepath.Join(userDir, "meshweaver", store.APIKeyFile), 0o600)
 	secMode(t, filepath.Join(home, "auth.json"), 0o600)
-	for _, d := range []string{filepath.Join(userDir, "meshweaver"), filepath.Join(home, "meshweaver")} {
+	for _, d := range []string{filepath.Join(userDir, "meshweaver")} {
 		_ = filepath.WalkDir(d, func(path string, e fs.DirEntry, err error) error {
 			switch {
 			case err != nil:
@@ -464,7 +469,7 @@ func TestHostileUserIDs(t *testing.T) {
 	}
 	home := r.home("hostile-bob")
 	for _, key := range keys {
-		if _, err := os.Stat(filepath.Join(home, "meshweaver", "threads", store.KeyPrefix(key)+".txt")); err != nil {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(home), "meshweaver", "threads", store.KeyPrefix(key)+".txt")); err != nil {
 			t.Errorf("thread %.40q: no record under its key prefix: %v", key, err)
 		}
 	}
@@ -516,7 +521,7 @@ func TestHostileCrossUserThread(t *testing.T) {
 
 	aliceHome, malloryHome := r.home(alice), r.home(mallory)
 	record := func(home string) string {
-		data, err := os.ReadFile(filepath.Join(home, "meshweaver", "threads", store.KeyPrefix(key)+".txt"))
+		data, err := os.ReadFile(filepath.Join(filepath.Dir(home), "meshweaver", "threads", store.KeyPrefix(key)+".txt"))
 		if err != nil {
 			t.Errorf("thread record in %s: %v", home, err)
 		}

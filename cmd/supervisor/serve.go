@@ -45,6 +45,7 @@ type serveOptions struct {
 	loginGrant     time.Duration
 	tls            tlsOptions
 	op             operatorOptions
+	isolation      isolationOptions
 }
 
 func serveFlags(fs *flag.FlagSet) *serveOptions {
@@ -70,6 +71,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.DurationVar(&o.loginGrant, "login-grant", 15*time.Minute, "cancel a device-code login not approved within this long")
 	o.tls.register(fs)
 	o.op.register(fs)
+	o.isolation.register(fs)
 	return o
 }
 
@@ -106,6 +108,9 @@ func (o *serveOptions) validate() error {
 		errs = append(errs, errors.New("timeouts, --queue-limit and --max-live must be positive"))
 	}
 	if _, err := o.tls.config(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.isolation.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -154,6 +159,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	iso, err := o.isolation.node(o.homes, o.workspace, []string{o.tls.cert, o.tls.key, o.tls.ca}, log)
+	if err != nil {
+		return err
+	}
 	reg := newRegistry()
 	reg.MustRegister(bi.gauge())
 	d, err := startDaemon(o.listen, tlsConf, actors.Config{
@@ -163,6 +172,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit,
 		IdleTimeout: o.idleTimeout, MaxLive: o.maxLive, StallTimeout: o.stallTimeout,
 		LoginGrant: o.loginGrant, Logger: log, Metrics: actors.NewMetrics(reg),
+		Isolation: iso,
 	})
 	if err != nil {
 		return err
@@ -177,6 +187,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			_ = d.stop(o.stopTimeout)
 			return err
 		}
+		ops.warning = iso.Warning()
 		ops.ready.Store(true)
 		log.Info("metrics serving", "listen", ops.Addr())
 		quit := make(chan struct{})

@@ -122,8 +122,8 @@ func TestStaleTempFilesAreRemoved(t *testing.T) {
 	th := h.threads(user)[0]
 	home := h.home(user)
 	planted := []string{
-		filepath.Join(home, "meshweaver", "journal", "."+store.KeyPrefix(th)+".jsonl.tmp1234567"),
-		filepath.Join(home, "meshweaver", "threads", "."+store.KeyPrefix(th)+".txt.tmp7654321"),
+		filepath.Join(filepath.Dir(home), "meshweaver", "journal", "."+store.KeyPrefix(th)+".jsonl.tmp1234567"),
+		filepath.Join(filepath.Dir(home), "meshweaver", "threads", "."+store.KeyPrefix(th)+".txt.tmp7654321"),
 	}
 	for _, p := range planted {
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {

@@ -242,6 +242,18 @@ func newHarness(t *testing.T, cfg config, extra ...string) *harness {
 			t.Fatal(err)
 		}
 	}
+	// Run as root, the daemon gives every user a uid of their own and a
+	// bubblewrap sandbox (serve's defaults): the users' uids must pass
+	// through the test's folders to their homes, and write the shared
+	// workspace, as on an operator's machine.
+	for _, dir := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(h.work, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	h.bin = supervisorBin(t)
 
 	model, err := mockmodel.Start(mockmodel.Options{Responder: h.respond})
@@ -259,6 +271,7 @@ func newHarness(t *testing.T, cfg config, extra ...string) *harness {
 	}
 	h.args = append(serveArgs(h.addr, h.homes, h.work, codex,
 		append(codexhome.Overrides(model.URL()), "model_catalog_json="+quoteTOML(catalog))), extra...)
+	h.args = append(h.args, "--sandbox-ro", catalog, "--workspace-writable")
 
 	c, err := newCaller(h)
 	if err != nil {
@@ -382,7 +395,7 @@ func (h *harness) checkFiles(final bool) {
 	t := h.t
 	for _, u := range h.users() {
 		home := h.home(u)
-		reg, journal := store.NewRegistry(home), store.NewJournal(home)
+		reg, journal := store.NewRegistry(filepath.Dir(home)), store.NewJournal(filepath.Dir(home))
 		for _, th := range h.threads(u) {
 			if id, err := reg.Lookup(th); err != nil {
 				t.Errorf("registry of %s %s: %v", u, th, err)
@@ -411,7 +424,7 @@ func (h *harness) checkFiles(final bool) {
 func (h *harness) tempFiles() []string {
 	var out []string
 	for _, u := range h.users() {
-		_ = filepath.WalkDir(filepath.Join(h.home(u), "meshweaver"), func(path string, d os.DirEntry, err error) error {
+		_ = filepath.WalkDir(filepath.Join(filepath.Dir(h.home(u)), "meshweaver"), func(path string, d os.DirEntry, err error) error {
 			if err == nil && !d.IsDir() && strings.Contains(d.Name(), ".tmp") {
 				out = append(out, path)
 			}

@@ -463,7 +463,7 @@ func writeCatalog(dir string) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(dir, codexhome.CatalogFile)
-	return path, os.WriteFile(path, catalog, 0o600)
+	return path, os.WriteFile(path, catalog, 0o644) // the users' uids read it
 }
 
 func serveArgs(addr, homes, work, codex string, overrides []string) []string {

@@ -433,7 +433,7 @@ func (h *harness) killDaemon() error {
 
 // pidRecords lists the appserver.pid records under homes.
 func pidRecords(homes string) []string {
-	recs, _ := filepath.Glob(filepath.Join(homes, "*", ".codex", "meshweaver", actors.ProcRecordName))
+	recs, _ := filepath.Glob(filepath.Join(homes, "*", "meshweaver", actors.ProcRecordName))
 	sort.Strings(recs)
 	return recs
 }

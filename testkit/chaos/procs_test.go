@@ -82,7 +82,9 @@ func allProcs() []proc {
 }
 
 // appServers lists the live app-servers of the daemon daemonPID: its
-// children whose executable is codexBin.
+// children whose executable is codexBin, or bubblewrap when the daemon
+// isolates users (the CLI then runs in the sandbox bubblewrap made, and
+// dies with it).
 func appServers(daemonPID int, codexBin string) []proc {
 	var out []proc
 	for _, p := range allProcs() {
@@ -90,7 +92,7 @@ func appServers(daemonPID int, codexBin string) []proc {
 			continue
 		}
 		p.details()
-		if p.exe == codexBin {
+		if p.exe == codexBin || filepath.Base(p.exe) == "bwrap" {
 			out = append(out, p)
 		}
 	}

@@ -1,0 +1,327 @@
+package isolate
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// Options is what a Node separates users with, chosen by Detect or given
+// by a test.
+type Options struct {
+	// Homes is the root of the users' folders; a user's CODEX_HOME is
+	// Homes/<user>/.codex, and Homes/<user>/meshweaver is the daemon's.
+	Homes string
+	// Workspace is the shared workspace, bound read-only unless
+	// WorkspaceWritable.
+	Workspace         string
+	WorkspaceWritable bool
+	// UIDs is the range each user's uid comes from; the zero Range means no
+	// uid switching (every app-server runs as the daemon's user).
+	UIDs Range
+	// Bwrap is the bubblewrap binary; empty means no mount, pid and IPC
+	// namespaces.
+	Bwrap string
+	// ReadOnly lists more paths bound read-only into every sandbox (a
+	// model catalog, a CA bundle). The codex binary's folder always is.
+	ReadOnly []string
+	// Hide lists the daemon's own files (TLS keys) masked inside every
+	// sandbox even where a bound folder holds them.
+	Hide []string
+	// AllowShared accepts more than one user when neither a uid switch
+	// nor bubblewrap separates them.
+	AllowShared bool
+}
+
+// Range is an inclusive range of uids; the zero value is empty.
+type Range struct{ Lo, Hi uint32 }
+
+// Empty reports a range with no uid.
+func (r Range) Empty() bool { return r.Hi == 0 || r.Hi < r.Lo }
+
+func (r Range) String() string {
+	if r.Empty() {
+		return "off"
+	}
+	return fmt.Sprintf("%d-%d", r.Lo, r.Hi)
+}
+
+func (r Range) has(uid uint32) bool { return !r.Empty() && uid >= r.Lo && uid <= r.Hi }
+
+// ParseRange reads "LO-HI" (inclusive); "off" or "" is the empty Range.
+// Uid 0 and ranges above 2^31 are refused.
+func ParseRange(s string) (Range, error) {
+	if s == "" || s == "off" {
+		return Range{}, nil
+	}
+	lo, hi, ok := strings.Cut(s, "-")
+	a, err1 := strconv.ParseUint(lo, 10, 32)
+	b, err2 := strconv.ParseUint(hi, 10, 32)
+	if !ok || err1 != nil || err2 != nil || a == 0 || b < a || b >= 1<<31 {
+		return Range{}, fmt.Errorf("uid range %q is not LO-HI with 0 < LO <= HI < 2^31", s)
+	}
+	return Range{Lo: uint32(a), Hi: uint32(b)}, nil
+}
+
+// Node separates the users of one daemon. It is the only owner of uid
+// allocation and of the ownership and modes of the homes: Prepare is safe
+// for concurrent use, one user at a time.
+type Node struct {
+	opts Options
+
+	mu     sync.Mutex
+	owners map[uint32]string // uid → user folder, once the homes were scanned
+	sole   string            // in shared mode, the one user folder served
+}
+
+// New returns a Node for opts; relative paths are made absolute.
+func New(opts Options) (*Node, error) {
+	var err error
+	if opts.Homes, err = filepath.Abs(opts.Homes); err != nil {
+		return nil, err
+	}
+	if opts.Workspace != "" {
+		if opts.Workspace, err = filepath.Abs(opts.Workspace); err != nil {
+			return nil, err
+		}
+	}
+	return &Node{opts: opts}, nil
+}
+
+// Mode names what separates users: "uid+bwrap", "uid", "bwrap" or
+// "shared" (nothing: one uid, one view of the files).
+func (n *Node) Mode() string {
+	switch uid, bw := !n.opts.UIDs.Empty(), n.opts.Bwrap != ""; {
+	case uid && bw:
+		return "uid+bwrap"
+	case uid:
+		return "uid"
+	case bw:
+		return "bwrap"
+	}
+	return "shared"
+}
+
+// Warning is what the operator must know about this node's separation, or
+// "" when users are separated.
+func (n *Node) Warning() string {
+	if n.Mode() != "shared" {
+		return ""
+	}
+	if n.opts.AllowShared {
+		return "users are not separated: every app-server runs as the daemon's uid and sees every home (--allow-shared-uid)"
+	}
+	return "users are not separated (no uid switch, no bubblewrap): only one user is served; --allow-shared-uid accepts more"
+}
+
+// ErrShared is returned by Prepare for a second user on a node that cannot
+// separate users and was not told to accept that.
+var ErrShared = errors.New("this node cannot separate users (no uid switch, no bubblewrap) and another user already has a home here; --allow-shared-uid accepts that")
+
+// Launch is how one user's app-server is started.
+type Launch struct {
+	// Wrapper is the bubblewrap command line the CLI runs under, ending in
+	// "--"; nil without bubblewrap.
+	Wrapper []string
+	// Credential is the user's uid and gid; nil without uid switching.
+	Credential *syscall.Credential
+	// Env holds KEY=VALUE pairs that replace the daemon's (HOME, TMPDIR).
+	Env []string
+}
+
+// Prepare readies home (Homes/<user>/.codex) for its app-server and says
+// how to start it: it allocates the user's uid (first time) and gives the
+// home to it, 0700, with the folders above it searchable but not listable;
+// it builds the bubblewrap command line. codexBin is the CLI, whose folder
+// is bound read-only.
+func (n *Node) Prepare(home, codexBin string) (Launch, error) {
+	home = filepath.Clean(home)
+	userDir := filepath.Dir(home)
+	if filepath.Dir(userDir) != n.opts.Homes || filepath.Base(home) != ".codex" {
+		return Launch{}, fmt.Errorf("isolating %s: not a home under %s", home, n.opts.Homes)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var l Launch
+	switch n.Mode() {
+	case "shared":
+		if !n.opts.AllowShared {
+			if err := n.soleUser(userDir); err != nil {
+				return Launch{}, err
+			}
+		}
+		return l, nil
+	case "uid", "uid+bwrap":
+		uid, err := n.uidFor(userDir, home)
+		if err != nil {
+			return Launch{}, fmt.Errorf("isolating %s: %w", home, err)
+		}
+		l.Credential = &syscall.Credential{Uid: uid, Gid: uid}
+	default:
+		if err := os.MkdirAll(home, 0o700); err != nil {
+			return Launch{}, fmt.Errorf("isolating %s: %w", home, err)
+		}
+	}
+	// The user's own home is their HOME: the daemon's is not theirs to
+	// read, and a login shell finds no profile of anyone else's there.
+	// TMPDIR is /var/tmp (an empty tmpfs of its own under bubblewrap): the
+	// CLI refuses to make its helper links (codex-linux-sandbox, which its
+	// own sandbox execs) in a CODEX_HOME under TMPDIR, and without them
+	// that sandbox cannot start where homes live under /tmp (tests).
+	l.Env = append(l.Env, "HOME="+home, "TMPDIR=/var/tmp")
+	if n.opts.Bwrap != "" {
+		l.Wrapper = n.bwrapArgs(home, codexBin)
+	}
+	return l, nil
+}
+
+// soleUser refuses userDir unless it is the one user this shared node
+// serves: the user whose home (a CODEX_HOME, made only by a start) is
+// under Homes, or, when there is none yet, the first to start. A folder a
+// second user got by other means (a stored key) does not count, so a
+// second user cannot lock the first out. Homes of several users (left by
+// an earlier run with --allow-shared-uid or with separation) refuse all.
+func (n *Node) soleUser(userDir string) error {
+	if n.sole == "" {
+		entries, err := os.ReadDir(n.opts.Homes)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("listing %s: %w", n.opts.Homes, err)
+		}
+		var served []string
+		for _, e := range entries {
+			dir := filepath.Join(n.opts.Homes, e.Name())
+			if fi, err := os.Lstat(filepath.Join(dir, ".codex")); err == nil && fi.IsDir() {
+				served = append(served, dir)
+			}
+		}
+		switch len(served) {
+		case 0:
+			n.sole = userDir
+		case 1:
+			n.sole = served[0]
+		default:
+			return ErrShared
+		}
+	}
+	if n.sole != userDir {
+		return ErrShared
+	}
+	return nil
+}
+
+// uidFor returns the user's uid, allocating it the first time: the home's
+// owner is the persistent record, so a uid in the range that owns a home
+// belongs to that home's user and to nobody else. It creates the folders
+// with their modes and gives the home (and, when it changed hands, all it
+// holds) to the uid.
+func (n *Node) uidFor(userDir, home string) (uint32, error) {
+	if err := n.scan(); err != nil {
+		return 0, err
+	}
+	// The homes root and the user's folder belong to the daemon: the
+	// user's uid may pass through them (bubblewrap binds the home as that
+	// uid) but not list them; Homes/<user>/meshweaver stays 0700.
+	for _, d := range []string{n.opts.Homes, userDir} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return 0, err
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return 0, err
+		}
+	}
+	if err := os.Mkdir(home, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return 0, err
+	}
+	fi, err := os.Lstat(home)
+	if err != nil {
+		return 0, err
+	}
+	if !fi.IsDir() {
+		return 0, fmt.Errorf("%s is not a directory", home)
+	}
+	owner := fi.Sys().(*syscall.Stat_t).Uid
+	uid, ok := owner, n.opts.UIDs.has(owner)
+	if ok && n.owners[owner] != userDir {
+		// Two homes owned by one uid: never serve the second under it.
+		return 0, fmt.Errorf("uid %d owns another home too; give one of them a uid of its own by hand", owner)
+	}
+	if !ok {
+		if uid, err = n.allocate(userDir); err != nil {
+			return 0, err
+		}
+	}
+	if err := os.Chmod(home, 0o700); err != nil {
+		return 0, err
+	}
+	if owner != uid {
+		// The home changes hands: everything in it goes to the user. No
+		// symlink is followed (Lchown), and nothing outside is touched.
+		err := filepath.WalkDir(home, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, int(uid), int(uid))
+		})
+		if err != nil {
+			return 0, fmt.Errorf("giving the home to uid %d: %w", uid, err)
+		}
+	}
+	n.owners[uid] = userDir
+	return uid, nil
+}
+
+// scan records, once, which uid of the range owns which home.
+func (n *Node) scan() error {
+	if n.owners != nil {
+		return nil
+	}
+	owners := make(map[uint32]string)
+	entries, err := os.ReadDir(n.opts.Homes)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("listing %s: %w", n.opts.Homes, err)
+	}
+	for _, e := range entries {
+		dir := filepath.Join(n.opts.Homes, e.Name())
+		fi, err := os.Lstat(filepath.Join(dir, ".codex"))
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		uid := fi.Sys().(*syscall.Stat_t).Uid
+		if !n.opts.UIDs.has(uid) {
+			continue
+		}
+		if _, dup := owners[uid]; dup {
+			// Neither may use it; both get an error from uidFor.
+			owners[uid] = ""
+			continue
+		}
+		owners[uid] = dir
+	}
+	n.owners = owners
+	return nil
+}
+
+// allocate picks a free uid of the range for userDir: the first free one
+// from a point that depends on the folder's name, so a user tends to get
+// the same uid again on a new node.
+func (n *Node) allocate(userDir string) (uint32, error) {
+	r := n.opts.UIDs
+	size := uint64(r.Hi) - uint64(r.Lo) + 1
+	h := fnv.New64a()
+	h.Write([]byte(filepath.Base(userDir)))
+	start := h.Sum64() % size
+	for i := uint64(0); i < size; i++ {
+		uid := r.Lo + uint32((start+i)%size)
+		if _, used := n.owners[uid]; !used {
+			return uid, nil
+		}
+	}
+	return 0, fmt.Errorf("every uid of %s is taken", r)
+}
