@@ -386,7 +386,9 @@ func TestServeDemoModel(t *testing.T) {
 	}
 	t.Cleanup(func() { waitNoCodex(t, opsCodexBin(t), root) })
 	srv := opsStartServe(t, exe, "serve", "--demo-model", "--listen", addr, "--homes", filepath.Join(root, "homes"),
-		"--workspace", workspace, "--metrics-listen", "127.0.0.1:0", "--log-format", "json")
+		"--workspace", workspace, "--metrics-listen", "127.0.0.1:0", "--log-format", "json",
+		// The test's folders are the test user's (0700): no uid switch.
+		"--uid-range", "off")
 	metrics := srv.waitMsg("metrics serving")
 	_, body := opsHTTP(t, fmt.Sprintf("http://%s/metrics", metrics["listen"]))
 	buildInfo := regexp.MustCompile(`(?m)^supervisor_build_info\{codex="0\.169\.0",commit="[^"]+",goversion="go1\.[^"]+",version="[^"]+"\} 1$`)
