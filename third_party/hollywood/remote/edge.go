@@ -1,0 +1,146 @@
+package remote
+
+// meshweaver patch: the types the daemon's edge uses to see, refuse and bound
+// inbound input (issue 9). Nothing here exists upstream.
+
+import (
+	"crypto/tls"
+	"net"
+	"time"
+
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+)
+
+// Peer is the connection a message arrived on.
+type Peer struct {
+	Addr     net.Addr             // the connection's remote address (IP:ephemeral port)
+	TLS      *tls.ConnectionState // nil in plaintext
+	Identity string               // Config.Identify(TLS) under TLS; "" in plaintext
+}
+
+// Inbound is one message read off a connection, before delivery.
+type Inbound struct {
+	Peer   Peer
+	Target *actor.PID
+	Sender *actor.PID // nil when the frame named none; already checked to be bound to Peer
+	Msg    any        // the deserialized proto message (for the daemon: *anypb.Any)
+}
+
+// Gate sees every inbound message that passed the transport's own checks. It
+// returns the message to deliver to in.Target (the same or a replacement) and
+// true, or false to drop it (the gate itself counts, logs and replies as it
+// sees fit). It runs on the connection's own reader goroutine: it may block
+// that connection, no other (and Remote.Stop waits for it). A panic in it
+// drops that one message (recovered and reported as a Refusal).
+type Gate func(in Inbound) (msg any, ok bool)
+
+// Refusal is inbound input the transport dropped without delivering it.
+type Refusal struct {
+	Peer   Peer
+	Reason string // one of the Refuse* constants
+	Err    error  // detail, safe to log (no payload bytes)
+}
+
+// The reasons of a Refusal.
+const (
+	RefuseFrame     = "frame"     // envelope with bad indices / no targets / nil message
+	RefuseType      = "type"      // a type name the receiver cannot deserialize
+	RefuseSender    = "sender"    // sender address not bound to the connection's peer
+	RefuseTooLarge  = "too-large" // frame over MaxFrame (connection closed: nothing else possible)
+	RefuseConnCap   = "conn-cap"  // over the per-IP connection cap
+	RefuseHandshake = "handshake" // TLS handshake (or first frame) failed or timed out
+	RefusePanic     = "panic"     // a panic while handling one message (recovered)
+)
+
+// DefaultMaxFrame is the default Limits.MaxFrame: above the project's
+// largest legal body (16 MiB) plus its envelope.
+const DefaultMaxFrame = 20 << 20
+
+// Limits bound what one peer can cost. A zero field takes its default.
+type Limits struct {
+	MaxFrame          int           // largest envelope sent or accepted; default DefaultMaxFrame
+	DialTimeout       time.Duration // per dial attempt incl. TLS handshake, default 5s
+	HandshakeTimeout  time.Duration // accepted conns must finish TLS (and send a first frame) within, default 10s
+	IdleTimeout       time.Duration // a writer with nothing held and nothing sent for this long closes; default 10m
+	KeepaliveInterval time.Duration // while an address is held, an empty envelope at least this often; default 30s
+	ReadIdleTimeout   time.Duration // an accepted conn with no frame (keepalives count) for this long closes; default 2*IdleTimeout
+	MaxConnsPerIP     int           // accepted conns per remote IP, default 64
+}
+
+// withDefaults fills the zero fields.
+func (l Limits) withDefaults() Limits {
+	if l.MaxFrame <= 0 {
+		l.MaxFrame = DefaultMaxFrame
+	}
+	if l.DialTimeout <= 0 {
+		l.DialTimeout = 5 * time.Second
+	}
+	if l.HandshakeTimeout <= 0 {
+		l.HandshakeTimeout = 10 * time.Second
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = 10 * time.Minute
+	}
+	if l.KeepaliveInterval <= 0 {
+		l.KeepaliveInterval = 30 * time.Second
+	}
+	if l.ReadIdleTimeout <= 0 {
+		l.ReadIdleTimeout = 2 * l.IdleTimeout
+	}
+	if l.MaxConnsPerIP <= 0 {
+		l.MaxConnsPerIP = 64
+	}
+	return l
+}
+
+// WithGate sets the Gate every inbound message passes before delivery. Nil
+// (the default) delivers every message that passed the transport's checks.
+func (c Config) WithGate(g Gate) Config {
+	c.gate = g
+	return c
+}
+
+// WithOnRefuse sets the function called for every Refusal; it must not
+// block. The default logs the refusal at Debug level.
+func (c Config) WithOnRefuse(f func(Refusal)) Config {
+	c.onRefuse = f
+	return c
+}
+
+// WithIdentify sets how a TLS peer's identity is named (Peer.Identity and
+// the sender binding). The default is DefaultIdentify.
+func (c Config) WithIdentify(f func(*tls.ConnectionState) string) Config {
+	c.identify = f
+	return c
+}
+
+// WithLimits sets the transport's limits; zero fields keep their defaults.
+func (c Config) WithLimits(l Limits) Config {
+	c.limits = l
+	return c
+}
+
+// DefaultIdentify names a TLS peer by the first URI SAN of its leaf
+// certificate, else its Subject CN; "" when it sent no certificate.
+func DefaultIdentify(cs *tls.ConnectionState) string {
+	if cs == nil || len(cs.PeerCertificates) == 0 {
+		return ""
+	}
+	leaf := cs.PeerCertificates[0]
+	if len(leaf.URIs) > 0 && leaf.URIs[0] != nil {
+		return leaf.URIs[0].String()
+	}
+	return leaf.Subject.CommonName
+}
+
+// TooLargeEvent is broadcast on the engine's event stream when a local actor
+// sends a message whose envelope would exceed Limits.MaxFrame: the message
+// is not sent (the receiver would close the connection) and the connection
+// stays up. Subscribe to it to tell the sender.
+type TooLargeEvent struct {
+	Target *actor.PID
+	Sender *actor.PID
+	Msg    any
+	Size   int // the envelope's size estimate, bytes
+	Limit  int // Limits.MaxFrame
+}
