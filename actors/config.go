@@ -66,6 +66,15 @@ type Config struct {
 	OutboxBurst  int
 	OutboxWindow time.Duration
 	OutboxLimit  int
+	// MaxUsers caps the user actors alive on the node (default 10000): a
+	// message for a new user past it is refused. UserIdle reaps a user
+	// actor with no app-server, no round running or queued and no message
+	// for that long (default 10 minutes).
+	MaxUsers int
+	UserIdle time.Duration
+	// Hold, when set, keeps the remote stream to a caller's address alive
+	// while a round replies to it; the round calls release at its verdict.
+	Hold func(addr string) (release func())
 	// StopGrace is each polite step of stopping an app-server (default 2s).
 	StopGrace time.Duration
 	// Logger receives everything (slog.Default when nil).
@@ -147,6 +156,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.OutboxLimit <= 0 {
 		c.OutboxLimit = 4096
+	}
+	if c.MaxUsers <= 0 {
+		c.MaxUsers = 10000
+	}
+	if c.UserIdle <= 0 {
+		c.UserIdle = 10 * time.Minute
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 2 * time.Second

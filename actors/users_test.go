@@ -1,0 +1,68 @@
+package actors
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/testkit/fakeappserver"
+)
+
+// waitGauge waits until get returns want, or fails at the deadline.
+func waitGauge(t *testing.T, what string, get func() float64, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for get() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is %v, want %v", what, get(), want)
+		}
+		<-tick.C
+	}
+}
+
+// The node holds at most MaxUsers user actors; a message for one more is
+// refused with a clear reason and counted; user actors with nothing to do
+// are reaped after UserIdle, which makes room again; a reaped user's next
+// round starts a fresh actor and completes.
+func TestUsersCappedAndReaped(t *testing.T) {
+	m := NewMetrics(nil)
+	h := fakeHarness(t, fakeappserver.Config{}, func(c *Config) {
+		c.MaxUsers, c.UserIdle, c.IdleTimeout, c.Metrics = 2, 100*time.Millisecond, 200*time.Millisecond, m
+	})
+	c := h.caller()
+	users := func() float64 { return testutil.ToFloat64(m.Users) }
+	for _, u := range []string{"u1", "u2"} {
+		h.engine.SendWithSender(h.root, messages.SetAPIKey{User: u, APIKey: "sk-test-1"}, c.pid)
+		if r, ok := c.next(t).(messages.APIKeyStored); !ok {
+			t.Fatalf("SetAPIKey %s: %#v", u, r)
+		}
+	}
+	h.engine.SendWithSender(h.root, messages.SetAPIKey{User: "u3", APIKey: "sk-test-1"}, c.pid)
+	rej, ok := c.next(t).(messages.Rejected)
+	if !ok || !strings.Contains(rej.Reason, "cap of 2 live users") {
+		t.Fatalf("past the cap: %#v, want a Rejected naming the cap", rej)
+	}
+	if got := testutil.ToFloat64(m.RemoteRejected.WithLabelValues("user-cap")); got != 1 {
+		t.Fatalf("user-cap refusals counted %v, want 1", got)
+	}
+	if got := users(); got != 2 {
+		t.Fatalf("%v user actors, want 2", got)
+	}
+	waitGauge(t, "user actors after idling", users, 0)
+
+	// Room again: a round for a reaped user runs on a fresh actor, and the
+	// actor is not reaped while its app-server lives.
+	r := h.round(c, messages.StartRound{RoundID: "r1", User: "u1", Thread: "t", Text: "hi"})
+	if r.verdict.Status != messages.StatusCompleted {
+		t.Fatalf("round after reaping: %+v", r.verdict)
+	}
+	waitGauge(t, "user actors after the app-server's idle stop", users, 0)
+	if got := testutil.ToFloat64(m.Evictions.WithLabelValues("idle")); got != 1 {
+		t.Fatalf("idle evictions %v, want 1 (the user was reaped only after its app-server stopped)", got)
+	}
+}
