@@ -30,7 +30,7 @@ type userActor struct {
 
 	// Idle reaping: what the root sent (counted), when last, and whether
 	// the root was already told the actor is idle since.
-	ticker     actor.SendRepeater
+	timer      *time.Timer // the next idle check (a timer, not a goroutine)
 	received   uint64
 	lastActive time.Time
 	offered    bool
@@ -60,9 +60,10 @@ func (u *userActor) Receive(c *actor.Context) {
 		u.login = c.SpawnChild(newLoginActor(u.cfg, u.user, u.codex, creds), "login", spawnOpts("main", u.log, nil)...)
 		u.registry = c.SpawnChild(newRegistryActor(u.cfg, u.user, u.home), "registry", spawnOpts("main", u.log, nil)...)
 		u.lastActive = time.Now()
-		u.ticker = c.SendRepeat(c.PID(), userTick{}, tickInterval(u.cfg.UserIdle))
+		e, self := c.Engine(), c.PID()
+		u.timer = time.AfterFunc(u.cfg.UserIdle, func() { e.Send(self, userTick{}) })
 	case actor.Stopped:
-		u.ticker.Stop()
+		u.timer.Stop()
 		// hollywood has stopped the children (each running round sent its
 		// verdict); the queued rounds get theirs here.
 		for _, ts := range u.threads {
@@ -111,10 +112,16 @@ func (u *userActor) active() {
 // stop is its own: it declines if it sent a message the actor has not
 // seen yet.
 func (u *userActor) checkIdle(c *actor.Context) {
-	if u.offered || len(u.threads) > 0 || u.cfg.live.has(u.codex) || time.Since(u.lastActive) < u.cfg.UserIdle {
+	if left := u.cfg.UserIdle - time.Since(u.lastActive); left > 0 {
+		u.timer.Reset(left)
+		return
+	}
+	if u.offered || len(u.threads) > 0 || u.cfg.live.has(u.codex) {
+		u.timer.Reset(tickInterval(u.cfg.UserIdle))
 		return
 	}
 	u.offered = true
+	u.timer.Reset(tickInterval(u.cfg.UserIdle)) // the root may decline
 	c.Engine().Send(c.Parent(), userIdle{user: u.user, pid: c.PID(), received: u.received})
 }
 

@@ -2,7 +2,6 @@ package edge
 
 import (
 	"bytes"
-	"errors"
 	"log/slog"
 	"net"
 	"strings"
@@ -400,13 +399,14 @@ func TestGateRateLimitsMessagesAndAnswers(t *testing.T) {
 }
 
 func TestPeerKey(t *testing.T) {
-	if k := PeerKey("spiffe://a", peer); k != "id:spiffe://a" {
+	if k := PeerKey("spiffe://a", peer, caller); k != "id:spiffe://a" {
 		t.Errorf("TLS key %q", k)
 	}
-	if k := PeerKey("", peer); k != "ip:10.0.0.2" {
+	if k := PeerKey("", peer, caller); k != "ip:10.0.0.2" {
 		t.Errorf("plaintext key %q", k)
 	}
-	if !errors.Is(messages.ErrUnknownType, messages.ErrUnknownType) {
-		t.Fatal()
+	lo := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 5}
+	if k := PeerKey("", lo, actor.NewPID("127.0.0.1:7000", "x")); k != "loopback:127.0.0.1:7000" {
+		t.Errorf("loopback key %q", k)
 	}
 }

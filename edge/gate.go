@@ -125,8 +125,10 @@ func New(cfg Config) *Gate {
 func (g *Gate) Peers() int { return g.peers.len() }
 
 // PeerKey is what the rate limits are kept by: the identity under TLS,
-// the remote IP in plaintext.
-func PeerKey(identity string, addr net.Addr) string {
+// the remote IP in plaintext. On loopback every caller is one host, so
+// there it is the sender's address (bound to the connection by the
+// transport): callers on one development machine do not share a bucket.
+func PeerKey(identity string, addr net.Addr, sender *actor.PID) string {
 	if identity != "" {
 		return "id:" + identity
 	}
@@ -137,6 +139,9 @@ func PeerKey(identity string, addr net.Addr) string {
 	if err != nil {
 		host = addr.String()
 	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() && sender != nil {
+		return "loopback:" + sender.Address
+	}
 	return "ip:" + host
 }
 
@@ -144,7 +149,7 @@ func PeerKey(identity string, addr net.Addr) string {
 // and true, or false when it was refused (counted, logged when sampled,
 // answered when there is a sender to answer).
 func (g *Gate) Check(in Input) (any, bool) {
-	key := PeerKey(in.Identity, in.Addr)
+	key := PeerKey(in.Identity, in.Addr, in.Sender)
 	if in.Sender != nil && in.Sender.Address == g.cfg.Self {
 		// Never answered: the answer would go to the daemon's own actors.
 		g.refuse(in, key, ReasonInternal, nil, fmt.Errorf("sender %q is on the daemon's own address", in.Sender.ID))
@@ -231,7 +236,7 @@ func (g *Gate) refuse(in Input, key, reason string, msg any, err error) {
 func (g *Gate) Refused(reason, identity string, addr net.Addr, err error) {
 	g.count(reason)
 	g.logSampled(reason, g.cfg.Now(), "refused remote input", "reason", reason,
-		"peer", PeerKey(identity, addr), "err", err)
+		"peer", PeerKey(identity, addr, nil), "err", err)
 }
 
 func (g *Gate) count(reason string) {

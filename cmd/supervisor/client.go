@@ -149,6 +149,9 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := c.send(req); err != nil {
 		return err
 	}
+	// A round may run longer than the remote's idle limit: keep the link
+	// to the daemon up (keepalives) until the verdict.
+	defer c.rem.Hold(o.addr)()
 	p := &printer{w: stdout, errw: stderr, json: o.json}
 	v, err := c.awaitVerdict(ctx, o, p)
 	if err != nil {
