@@ -50,13 +50,23 @@ func (c Config) WithBufferSize(size int) Config {
 }
 
 type Remote struct {
-	addr            string
-	engine          *actor.Engine
-	config          Config
-	streamRouterPID *actor.PID
-	stopCh          chan struct{} // Stop closes this channel to signal the remote to stop listening.
-	stopWg          *sync.WaitGroup
-	state           atomic.Uint32
+	addr   string
+	engine *actor.Engine
+	config Config
+	limits Limits // meshweaver patch: config.limits with defaults
+	state  atomic.Uint32
+
+	// meshweaver patch: everything Start starts (the server, its
+	// connections, the writers) ends when ctx is cancelled and is counted in
+	// wg, which Stop returns.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	stopping bool
+	writers  map[string]*streamWriter
+	holds    map[string]int
 }
 
 const (
@@ -69,9 +79,19 @@ const (
 // New creates a new "Remote" object given a Config.
 func New(addr string, config Config) *Remote {
 	r := &Remote{
-		addr:   addr,
-		config: config,
+		addr:    addr,
+		config:  config,
+		limits:  config.limits,
+		writers: map[string]*streamWriter{},
+		holds:   map[string]int{},
 	}
+	// meshweaver patch: WithBufferSize stays the frame limit when no
+	// Limits.MaxFrame is given.
+	if r.limits.MaxFrame <= 0 && config.BuffSize > 0 {
+		r.limits.MaxFrame = config.BuffSize
+	}
+	r.limits = r.limits.withDefaults()
+	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.state.Store(stateInitialized)
 	return r
 }
@@ -82,85 +102,123 @@ func (r *Remote) Start(e *actor.Engine) error {
 	}
 	r.state.Store(stateRunning)
 	r.engine = e
-	var ln net.Listener
-	var err error
-	switch r.config.TLSConfig {
-	case nil:
-		ln, err = net.Listen("tcp", r.addr)
-	default:
-		slog.Debug("remote using TLS for listening")
-		ln, err = tls.Listen("tcp", r.addr, r.config.TLSConfig)
-	}
+	// meshweaver patch: TLS is layered by the listener (listener.go).
+	inner, err := net.Listen("tcp", r.addr)
 	if err != nil {
 		return fmt.Errorf("remote failed to listen: %w", err)
 	}
-	slog.Debug("listening", "addr", r.addr)
+	ln := newListener(inner, r)
+	slog.Debug("listening", "addr", r.addr, "tls", r.config.TLSConfig != nil)
 	mux := drpcmux.New()
 	err = DRPCRegisterRemote(mux, newStreamReader(r))
 	if err != nil {
+		_ = inner.Close()
 		return fmt.Errorf("failed to register remote: %w", err)
 	}
 	s := drpcserver.NewWithOptions(mux, drpcserver.Options{
 		Manager: drpcmanager.Options{
 			Reader: drpcwire.ReaderOptions{
-				MaximumBufferSize: r.config.BuffSize,
+				MaximumBufferSize: r.limits.MaxFrame,
 			},
 		},
+		// meshweaver patch: per-connection errors are the peer's business,
+		// reported as refusals where they matter.
+		Log: func(err error) { slog.Debug("drpcserver connection", "err", err) },
 	})
 
-	r.streamRouterPID = r.engine.Spawn(
-		newStreamRouter(r.engine, r.config.TLSConfig, r.config.BuffSize),
-		"router", actor.WithInboxSize(1024*1024))
-	slog.Debug("server started", "listenAddr", r.addr)
-	r.stopWg = &sync.WaitGroup{}
-	r.stopWg.Add(1)
-	r.stopCh = make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
+	r.wg.Add(1)
 	go func() {
-		defer r.stopWg.Done()
-		err := s.Serve(ctx, ln)
+		defer r.wg.Done()
+		// Serve returns when ctx is cancelled, after its connections ended.
+		err := s.Serve(r.ctx, ln)
 		if err != nil {
 			slog.Error("drpcserver", "err", err)
 		} else {
 			slog.Debug("drpcserver stopped")
 		}
 	}()
-	// wait for stopCh to be closed
-	go func() {
-		<-r.stopCh
-		cancel()
-	}()
 	return nil
 }
 
 // Stop will stop the remote from listening.
+// meshweaver patch: and close every outbound stream; the WaitGroup returned
+// is done when every goroutine the remote started has ended. Sends after
+// Stop are dropped.
 func (r *Remote) Stop() *sync.WaitGroup {
 	if r.state.Load() != stateRunning {
 		slog.Warn("remote already stopped but stop was called", "state", r.state.Load())
 		return &sync.WaitGroup{} // return empty waitgroup so the caller can still wait without panicking.
 	}
 	r.state.Store(stateStopped)
-	r.stopCh <- struct{}{}
-	return r.stopWg
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
+	r.cancel()
+	return &r.wg
 }
 
 // Send sends the given message to the process with the given pid over the network.
 // Optional a "Sender PID" can be given to inform the receiving process who sent the
 // message.
-// Sending will work even if the remote is stopped. Receiving however, will not work.
+// meshweaver patch: it queues on the address's writer, which dials on its
+// own goroutine; it never blocks on the network.
 func (r *Remote) Send(pid *actor.PID, msg any, sender *actor.PID) {
-	r.engine.Send(r.streamRouterPID, &streamDeliver{
-		target: pid,
-		sender: sender,
-		msg:    msg,
-	})
+	d := &streamDeliver{target: pid, sender: sender, msg: msg}
+	for {
+		w := r.writerFor(pid.Address)
+		if w == nil {
+			slog.Debug("remote stopped: message dropped", "target", pid)
+			return
+		}
+		if w.send(d) {
+			return
+		}
+		r.forget(w) // it closed meanwhile: a new one takes d
+	}
 }
 
 // Hold keeps the outbound stream to addr alive (keepalives, no idle close)
 // until the returned release is called; holds nest (counted).
+// meshweaver patch: new (issue 9); a hold outlives the writer it found, so
+// a stream redialled after a loss is held too.
 func (r *Remote) Hold(addr string) (release func()) {
-	// meshweaver patch: see stream_writer.go.
-	return func() {}
+	r.mu.Lock()
+	r.holds[addr]++
+	w := r.writers[addr]
+	r.mu.Unlock()
+	if w != nil {
+		w.poke()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			if r.holds[addr]--; r.holds[addr] <= 0 {
+				delete(r.holds, addr)
+			}
+			w := r.writers[addr]
+			r.mu.Unlock()
+			if w != nil {
+				w.poke()
+			}
+		})
+	}
+}
+
+// refuse reports one refusal.
+func (r *Remote) refuse(rf Refusal) {
+	if r.config.onRefuse != nil {
+		r.config.onRefuse(rf)
+		return
+	}
+	slog.Debug("remote refused input", "peer", rf.Peer.Addr, "identity", rf.Peer.Identity, "reason", rf.Reason, "err", rf.Err)
+}
+
+func (r *Remote) identify(cs *tls.ConnectionState) string {
+	if r.config.identify != nil {
+		return r.config.identify(cs)
+	}
+	return DefaultIdentify(cs)
 }
 
 // Address returns the listen address of the remote.

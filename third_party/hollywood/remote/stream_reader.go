@@ -3,10 +3,24 @@ package remote
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
 
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+	"storj.io/drpc/drpcctx"
 )
+
+// meshweaver patch: the reader is hardened (issue 9). Upstream indexed the
+// envelope's tables with the frame's own indices unchecked (a negative or
+// out-of-range index, or no targets, panicked with no recover), dropped the
+// connection on a type it could not deserialize (losing the next message
+// too), and delivered with whatever sender the frame named. Now each message
+// is checked, bound to its connection, passed through the Gate and handled
+// under a recover; a bad one is dropped and reported as a Refusal, and the
+// connection stays.
 
 type streamReader struct {
 	DRPCRemoteUnimplementedServer
@@ -25,32 +39,163 @@ func newStreamReader(r *Remote) *streamReader {
 func (r *streamReader) Receive(stream DRPCRemote_ReceiveStream) error {
 	defer slog.Debug("streamreader terminated")
 
+	conn := connOf(stream.Context())
+	var peer Peer
+	if conn != nil {
+		peer = conn.peer()
+	}
 	for {
 		envelope, err := stream.Recv()
 		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				break
 			}
-			slog.Error("streamReader receive", "err", err)
+			if isOverflow(err) {
+				r.remote.refuse(Refusal{Peer: peer, Reason: RefuseTooLarge,
+					Err: fmt.Errorf("frame over the limit of %d bytes", r.remote.limits.MaxFrame)})
+			}
+			slog.Debug("streamReader receive", "err", err)
 			return err
 		}
-
+		if conn != nil {
+			conn.establish()
+		}
 		for _, msg := range envelope.Messages {
-			tname := envelope.TypeNames[msg.TypeNameIndex]
-			payload, err := r.deserializer.Deserialize(msg.Data, tname)
-
-			if err != nil {
-				slog.Error("streamReader deserialize", "err", err)
-				return err
-			}
-			target := envelope.Targets[msg.TargetIndex]
-			var sender *actor.PID
-			if len(envelope.Senders) > 0 {
-				sender = envelope.Senders[msg.SenderIndex]
-			}
-			r.remote.engine.SendLocal(target, payload, sender)
+			r.handle(peer, envelope, msg)
 		}
 	}
 
 	return nil
+}
+
+// handle checks and delivers one message; whatever goes wrong drops only it.
+func (r *streamReader) handle(peer Peer, env *Envelope, msg *Message) {
+	defer func() {
+		if v := recover(); v != nil {
+			s := fmt.Sprint(v)
+			if len(s) > 200 {
+				s = s[:200]
+			}
+			r.remote.refuse(Refusal{Peer: peer, Reason: RefusePanic, Err: fmt.Errorf("panic: %s", s)})
+		}
+	}()
+	target, sender, tname, err := checkMessage(env, msg)
+	if err != nil {
+		r.remote.refuse(Refusal{Peer: peer, Reason: RefuseFrame, Err: err})
+		return
+	}
+	payload, err := r.deserializer.Deserialize(msg.Data, tname)
+	if err != nil {
+		r.remote.refuse(Refusal{Peer: peer, Reason: RefuseType, Err: fmt.Errorf("type %.100q: %w", tname, err)})
+		return
+	}
+	if sender != nil {
+		if err := r.remote.bindSender(peer, sender); err != nil {
+			r.remote.refuse(Refusal{Peer: peer, Reason: RefuseSender, Err: err})
+			return
+		}
+	}
+	if gate := r.remote.config.gate; gate != nil {
+		var ok bool
+		payload, ok = gate(Inbound{Peer: peer, Target: target, Sender: sender, Msg: payload})
+		if !ok {
+			return
+		}
+	}
+	r.remote.engine.SendLocal(target, payload, sender)
+}
+
+// checkMessage bounds-checks msg's indices into env's tables.
+func checkMessage(env *Envelope, msg *Message) (target, sender *actor.PID, tname string, err error) {
+	if msg == nil {
+		return nil, nil, "", errors.New("nil message")
+	}
+	if i := msg.TypeNameIndex; i < 0 || int(i) >= len(env.TypeNames) {
+		return nil, nil, "", fmt.Errorf("type index %d of %d", i, len(env.TypeNames))
+	}
+	if i := msg.TargetIndex; i < 0 || int(i) >= len(env.Targets) {
+		return nil, nil, "", fmt.Errorf("target index %d of %d", i, len(env.Targets))
+	}
+	target = env.Targets[msg.TargetIndex]
+	if target == nil {
+		return nil, nil, "", errors.New("nil target")
+	}
+	// As upstream: senders are optional for the whole envelope.
+	if len(env.Senders) > 0 {
+		if i := msg.SenderIndex; i < 0 || int(i) >= len(env.Senders) {
+			return nil, nil, "", fmt.Errorf("sender index %d of %d", i, len(env.Senders))
+		}
+		sender = env.Senders[msg.SenderIndex]
+	}
+	return target, sender, env.TypeNames[msg.TypeNameIndex], nil
+}
+
+// bindSender applies the sender binding rule: the sender's host is the
+// connection's remote IP (loopback matches loopback, "localhost" is
+// loopback), it is not this node, and under TLS the address, dialled back,
+// presents the connection's identity.
+func (r *Remote) bindSender(peer Peer, sender *actor.PID) error {
+	if sender.Address == r.addr {
+		return errors.New("sender names this node's own address")
+	}
+	host, _, err := net.SplitHostPort(sender.Address)
+	if err != nil {
+		return fmt.Errorf("sender address %.100q: %w", sender.Address, err)
+	}
+	if peer.Addr == nil || !sameHost(host, addrIP(peer.Addr)) {
+		return fmt.Errorf("sender host %.100q is not the connection's address", host)
+	}
+	if peer.TLS == nil {
+		return nil
+	}
+	w := r.writerFor(sender.Address)
+	if w == nil {
+		return errors.New("remote stopped")
+	}
+	id, err := w.identity(r.ctx, r.limits.DialTimeout)
+	if err != nil {
+		return err
+	}
+	if id != peer.Identity {
+		return fmt.Errorf("sender address %.100q presents another identity than the connection", sender.Address)
+	}
+	return nil
+}
+
+// sameHost reports whether host (an IP or "localhost") is ip, counting
+// every loopback address as one.
+func sameHost(host string, ip netip.Addr) bool {
+	if !ip.IsValid() {
+		return false
+	}
+	var h netip.Addr
+	if strings.EqualFold(host, "localhost") {
+		h = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	} else {
+		var err error
+		if h, err = netip.ParseAddr(host); err != nil {
+			return false
+		}
+		h = h.Unmap().WithZone("")
+	}
+	if h.IsLoopback() && ip.IsLoopback() {
+		return true
+	}
+	return h == ip
+}
+
+// connOf is the accepted connection a stream runs on.
+func connOf(ctx context.Context) *serverConn {
+	tr, ok := drpcctx.Transport(ctx)
+	if !ok {
+		return nil
+	}
+	c, _ := tr.(*serverConn)
+	return c
+}
+
+// isOverflow reports drpc's error for a packet over MaximumBufferSize (it
+// has no sentinel: drpc.ProtocolError with this text).
+func isOverflow(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "data overflow")
 }

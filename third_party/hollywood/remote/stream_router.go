@@ -1,9 +1,6 @@
 package remote
 
 import (
-	"crypto/tls"
-	"log/slog"
-
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
@@ -13,58 +10,44 @@ type streamDeliver struct {
 	msg    any
 }
 
-type streamRouter struct {
-	engine *actor.Engine
-	// streams is a map of remote address to stream writer pid.
-	streams   map[string]*actor.PID
-	pid       *actor.PID
-	tlsConfig *tls.Config
-	buffSize  int
+// meshweaver patch: upstream routed every outbound message through a
+// "router" actor that spawned the stream writers and dialled new peers on
+// its own (single) goroutine, so one slow or black-holed address delayed the
+// sends to every other peer. The writers now live in Remote.writers under
+// Remote.mu; a writer dials on its own goroutine, and the reader can ask it
+// for its peer's identity (sender binding) without going through an actor.
+
+// writerFor returns the writer to addr, creating (and starting) it if
+// needed; nil once the remote is stopping.
+func (r *Remote) writerFor(addr string) *streamWriter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopping {
+		return nil
+	}
+	if w, ok := r.writers[addr]; ok {
+		return w
+	}
+	w := newStreamWriter(r, addr)
+	r.writers[addr] = w
+	r.wg.Add(1)
+	go w.run(r.ctx)
+	return w
 }
 
-func newStreamRouter(e *actor.Engine, tlsConfig *tls.Config, buffSize int) actor.Producer {
-	return func() actor.Receiver {
-		return &streamRouter{
-			streams:   make(map[string]*actor.PID),
-			engine:    e,
-			tlsConfig: tlsConfig,
-			buffSize:  buffSize,
-		}
+// forget removes w from the writers if it is still the writer to its
+// address.
+func (r *Remote) forget(w *streamWriter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.writers[w.addr] == w {
+		delete(r.writers, w.addr)
 	}
 }
 
-func (s *streamRouter) Receive(ctx *actor.Context) {
-	switch msg := ctx.Message().(type) {
-	case actor.Started:
-		s.pid = ctx.PID()
-	case *streamDeliver:
-		s.deliverStream(msg)
-	case actor.RemoteUnreachableEvent:
-		s.handleTerminateStream(msg)
-	}
-}
-
-func (s *streamRouter) handleTerminateStream(msg actor.RemoteUnreachableEvent) {
-	streamWriterPID := s.streams[msg.ListenAddr]
-	delete(s.streams, msg.ListenAddr)
-	slog.Debug("stream terminated",
-		"remote", msg.ListenAddr,
-		"pid", streamWriterPID,
-	)
-}
-
-func (s *streamRouter) deliverStream(msg *streamDeliver) {
-	var (
-		swpid   *actor.PID
-		ok      bool
-		address = msg.target.Address
-	)
-
-	swpid, ok = s.streams[address]
-	if !ok {
-		swpid = s.engine.SpawnProc(newStreamWriter(s.engine, s.pid, address, s.tlsConfig, s.buffSize))
-		s.streams[address] = swpid
-	}
-
-	s.engine.Send(swpid, msg)
+// held reports whether some Hold on addr is not released yet.
+func (r *Remote) held(addr string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.holds[addr] > 0
 }

@@ -4,219 +4,367 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"io"
+	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+	"google.golang.org/protobuf/proto"
 	"storj.io/drpc/drpcconn"
 	"storj.io/drpc/drpcmanager"
 	"storj.io/drpc/drpcwire"
 )
 
+// meshweaver patch: the stream writer is rewritten (issue 9). Upstream it
+// was an actor process registered as "stream/<addr>" that dialled inside
+// the router's goroutine (no timeout, 3 tries), type-asserted every message
+// in its inbox unchecked (any proto sent to that id from the network killed
+// the process) and closed after a fixed 10 minutes without a send. Now:
+//   - it is not an actor: nothing can address it, so the unchecked assertion
+//     is gone with the inbox (its queue holds only *streamDeliver);
+//   - it dials on its own goroutine, each try within Limits.DialTimeout (TLS
+//     handshake included), 3 tries within 2×DialTimeout in total; messages
+//     queued meanwhile are sent once connected or dropped when it gives up;
+//   - it closes after Limits.IdleTimeout without a send unless its address
+//     is held (Remote.Hold), and then sends an empty envelope (which every
+//     reader, stock hollywood's too, ignores) every KeepaliveInterval;
+//   - an envelope never exceeds Limits.MaxFrame: a message that alone would
+//     is not sent (TooLargeEvent) and the connection stays;
+//   - a message that is not a proto is dropped with a log line instead of
+//     panicking the writer's goroutine;
+//   - messages without a sender never share an envelope with messages that
+//     have one (the wire format has no "no sender" index, so upstream gave
+//     them the batch's first sender).
+
 const (
-	connIdleTimeout       = time.Minute * 10
-	streamWriterBatchSize = 1024
+	dialTries = 3
+	// dialRetryDelay is the pause after a failed try, times the try's index.
+	dialRetryDelay = 500 * time.Millisecond
+	// msgOverhead bounds the envelope bytes of one message besides its data,
+	// type name and PIDs (field tags and varints), so that the sum of the
+	// estimates never undercounts the marshalled envelope.
+	msgOverhead = 64
 )
 
+// streamWriter owns the outbound connection to one address.
 type streamWriter struct {
-	writeToAddr string
-	rawconn     net.Conn
-	conn        *drpcconn.Conn
-	stream      DRPCRemote_ReceiveStream
-	engine      *actor.Engine
-	routerPID   *actor.PID
-	pid         *actor.PID
-	inbox       actor.Inboxer
-	serializer  Serializer
-	tlsConfig   *tls.Config
-	buffSize    int
+	r    *Remote
+	addr string
+	wake chan struct{} // capacity 1: something was queued, or a hold changed
+
+	// ready is closed when the dial has finished; then ident and dialErr are
+	// set for good.
+	ready   chan struct{}
+	ident   string
+	dialErr error
+
+	mu     sync.Mutex
+	queue  []*streamDeliver
+	closed bool // no more sends: the caller must forget this writer
 }
 
-func newStreamWriter(e *actor.Engine, rpid *actor.PID, address string, tlsConfig *tls.Config, buffSize int) actor.Processer {
+func newStreamWriter(r *Remote, addr string) *streamWriter {
 	return &streamWriter{
-		writeToAddr: address,
-		engine:      e,
-		routerPID:   rpid,
-		inbox:       actor.NewInbox(streamWriterBatchSize),
-		pid:         actor.NewPID(e.Address(), "stream"+"/"+address),
-		serializer:  ProtoSerializer{},
-		tlsConfig:   tlsConfig,
-		buffSize:    buffSize,
+		r:     r,
+		addr:  addr,
+		wake:  make(chan struct{}, 1),
+		ready: make(chan struct{}),
 	}
 }
 
-func (s *streamWriter) PID() *actor.PID { return s.pid }
-func (s *streamWriter) Send(_ *actor.PID, msg any, sender *actor.PID) {
-	s.inbox.Send(actor.Envelope{Msg: msg, Sender: sender})
+// send queues d, or reports false when the writer has closed.
+func (w *streamWriter) send(d *streamDeliver) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
+	w.queue = append(w.queue, d)
+	w.poke()
+	return true
 }
 
-func (s *streamWriter) Invoke(msgs []actor.Envelope) {
-	var (
-		typeLookup   = make(map[string]int32)
-		typeNames    = make([]string, 0)
-		senderLookup = make(map[uint64]int32)
-		senders      = make([]*actor.PID, 0)
-		targetLookup = make(map[uint64]int32)
-		targets      = make([]*actor.PID, 0)
-		messages     = make([]*Message, len(msgs))
-	)
+func (w *streamWriter) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
 
-	for i := 0; i < len(msgs); i++ {
-		var (
-			stream   = msgs[i].Msg.(*streamDeliver)
-			typeID   int32
-			senderID int32
-			targetID int32
-		)
-		typeID, typeNames = lookupTypeName(typeLookup, s.serializer.TypeName(stream.msg), typeNames)
-		senderID, senders = lookupPIDs(senderLookup, stream.sender, senders)
-		targetID, targets = lookupPIDs(targetLookup, stream.target, targets)
-
-		b, err := s.serializer.Serialize(stream.msg)
-		if err != nil {
-			slog.Error("serialize", "err", err)
-			continue
+// identity waits at most timeout for the dial and returns the identity the
+// peer presented (Config.Identify of its TLS state; "" in plaintext).
+func (w *streamWriter) identity(ctx context.Context, timeout time.Duration) (string, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-w.ready:
+		if w.dialErr != nil {
+			return "", w.dialErr
 		}
+		return w.ident, nil
+	case <-t.C:
+		return "", fmt.Errorf("dialling %s back: no handshake within %v", w.addr, timeout)
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
 
-		messages[i] = &Message{
-			Data:          b,
-			TypeNameIndex: typeID,
-			SenderIndex:   senderID,
-			TargetIndex:   targetID,
-		}
+// take empties the queue. With closeIfEmpty, an empty queue also closes the
+// writer (under the same lock, so no send is lost in between).
+func (w *streamWriter) take(closeIfEmpty bool) []*streamDeliver {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.queue
+	w.queue = nil
+	if closeIfEmpty && len(q) == 0 {
+		w.closed = true
 	}
+	return q
+}
 
-	env := &Envelope{
-		Senders:   senders,
-		Targets:   targets,
-		TypeNames: typeNames,
-		Messages:  messages,
-	}
+// run dials, then writes until the connection is lost, the writer idles
+// out, or the remote stops. It is the writer's only goroutine.
+func (w *streamWriter) run(ctx context.Context) {
+	defer w.r.wg.Done()
+	reason := "stopped"
+	defer func() { w.shutdown(ctx, reason) }()
 
-	if s.stream == nil { // meshweaver patch: never connected
-		return
-	}
-	if err := s.stream.Send(env); err != nil {
-		if errors.Is(err, io.EOF) {
-			_ = s.conn.Close()
-			return
-		}
-		slog.Error("stream writer failed sending message",
-			"err", err,
-		)
-	}
-	// refresh the connection deadline.
-	err := s.rawconn.SetDeadline(time.Now().Add(connIdleTimeout))
+	rawconn, err := w.dial(ctx)
 	if err != nil {
-		slog.Error("failed to set context deadline", "err", err)
-	}
-}
-
-func (s *streamWriter) init() {
-	var (
-		rawconn    net.Conn
-		err        error
-		delay      time.Duration = time.Millisecond * 500
-		maxRetries               = 3
-	)
-	for i := 0; i < maxRetries; i++ {
-		// Here we try to connect to the remote address.
-		switch s.tlsConfig {
-		case nil:
-			rawconn, err = net.Dial("tcp", s.writeToAddr)
-			if err != nil {
-				d := time.Duration(delay * time.Duration(i*2))
-				slog.Error("net.Dial", "err", err, "remote", s.writeToAddr, "retry", i, "max", maxRetries, "delay", d)
-				time.Sleep(d)
-				continue
-			}
-		default:
-			slog.Debug("remote using TLS for writing")
-			// meshweaver patch: tls.Dial returns a typed nil *tls.Conn on
-			// failure; stored in the net.Conn it made rawconn non-nil and
-			// the failed dial crashed the process further down.
-			var tc *tls.Conn
-			tc, err = tls.Dial("tcp", s.writeToAddr, s.tlsConfig)
-			if err == nil {
-				rawconn = tc
-			}
-			if err != nil {
-				d := time.Duration(delay * time.Duration(i*2))
-				slog.Error("tls.Dial", "err", err, "remote", s.writeToAddr, "retry", i, "max", maxRetries, "delay", d)
-				time.Sleep(d)
-				continue
-			}
-		}
-		break
-	}
-	// We could not reach the remote after retrying N times. Hence, shutdown the stream writer.
-	// and notify RemoteUnreachableEvent.
-	if rawconn == nil {
-		s.Shutdown()
+		w.dialErr = err
+		close(w.ready)
+		reason = "unreachable"
 		return
 	}
-
-	s.rawconn = rawconn
-	err = rawconn.SetDeadline(time.Now().Add(connIdleTimeout))
-	if err != nil {
-		slog.Error("failed to set deadline on raw connection", "err", err)
-		// meshweaver patch: without a stream the writer must not stay
-		// registered (Invoke would dereference the nil stream).
-		_ = rawconn.Close()
-		s.Shutdown()
-		return
+	if tc, ok := rawconn.(*tls.Conn); ok {
+		cs := tc.ConnectionState()
+		w.ident = w.r.identify(&cs)
 	}
+	close(w.ready)
 
+	lim := w.r.limits
 	conn := drpcconn.NewWithOptions(rawconn, drpcconn.Options{
 		Manager: drpcmanager.Options{
-			Reader: drpcwire.ReaderOptions{
-				MaximumBufferSize: s.buffSize,
-			},
+			Reader: drpcwire.ReaderOptions{MaximumBufferSize: lim.MaxFrame},
 		},
 	})
-	client := NewDRPCRemoteClient(conn)
-
-	stream, err := client.Receive(context.Background())
+	defer conn.Close()
+	stream, err := NewDRPCRemoteClient(conn).Receive(ctx)
 	if err != nil {
-		slog.Error("receive", "err", err, "remote", s.writeToAddr)
-		s.Shutdown()
+		slog.Debug("remote stream", "remote", w.addr, "err", err)
+		reason = "unreachable"
 		return
 	}
+	slog.Debug("connected", "remote", w.addr)
 
-	s.stream = stream
-	s.conn = conn
-
-	slog.Debug("connected",
-		"remote", s.writeToAddr,
-	)
-
-	go func() {
-		<-s.conn.Closed()
-		slog.Debug("lost connection",
-			"remote", s.writeToAddr,
-		)
-		s.Shutdown()
-	}()
-}
-
-// TODO: is there a way that stream router can listen to event stream
-// instead of sending the event itself?
-func (s *streamWriter) Shutdown() {
-	evt := actor.RemoteUnreachableEvent{ListenAddr: s.writeToAddr}
-	s.engine.Send(s.routerPID, evt)
-	s.engine.BroadcastEvent(evt)
-	if s.stream != nil {
-		s.stream.Close()
+	last := time.Now()
+	timer := time.NewTimer(lim.IdleTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-conn.Closed():
+			reason = "lost"
+			return
+		case <-w.wake:
+		case <-timer.C:
+		}
+		held := w.r.held(w.addr)
+		now := time.Now()
+		idle := !held && now.Sub(last) >= lim.IdleTimeout
+		if batch := w.take(idle); len(batch) > 0 {
+			if err := w.write(rawconn, stream, batch); err != nil {
+				slog.Debug("remote write", "remote", w.addr, "err", err)
+				reason = "lost"
+				return
+			}
+			last = time.Now()
+		} else if idle {
+			reason = "idle"
+			return
+		} else if held && now.Sub(last) >= lim.KeepaliveInterval {
+			if err := w.sendEnvelope(rawconn, stream, &Envelope{}); err != nil {
+				slog.Debug("remote keepalive", "remote", w.addr, "err", err)
+				reason = "lost"
+				return
+			}
+			last = time.Now()
+		}
+		next := lim.IdleTimeout
+		if held {
+			next = lim.KeepaliveInterval
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(max(time.Until(last.Add(next)), 0))
 	}
-	s.inbox.Stop()
-	s.engine.Registry.Remove(s.PID())
 }
 
-func (s *streamWriter) Start() {
-	s.inbox.Start(s)
-	s.init()
+// shutdown closes the writer for good: later sends go to a new writer.
+// Queued messages are dropped. Except when the remote stops, the engine
+// hears RemoteUnreachableEvent as upstream.
+func (w *streamWriter) shutdown(ctx context.Context, reason string) {
+	w.mu.Lock()
+	w.closed = true
+	dropped := len(w.queue)
+	w.queue = nil
+	w.mu.Unlock()
+	select {
+	case <-w.ready:
+	default:
+		close(w.ready) // the dial never finished (stop)
+		if w.dialErr == nil {
+			w.dialErr = errors.New("remote stopped")
+		}
+	}
+	w.r.forget(w)
+	slog.Debug("stream writer closed", "remote", w.addr, "reason", reason, "dropped", dropped)
+	if ctx.Err() == nil {
+		w.r.engine.BroadcastEvent(actor.RemoteUnreachableEvent{ListenAddr: w.addr})
+	}
+}
+
+// dial connects to the writer's address: dialTries tries, each within
+// DialTimeout (TLS handshake included), all within 2×DialTimeout.
+func (w *streamWriter) dial(ctx context.Context) (net.Conn, error) {
+	lim := w.r.limits
+	ctx, cancel := context.WithTimeout(ctx, 2*lim.DialTimeout)
+	defer cancel()
+	var err error
+	for i := range dialTries {
+		if i > 0 {
+			t := time.NewTimer(time.Duration(i-1) * 2 * dialRetryDelay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		var conn net.Conn
+		conn, err = w.dialOnce(ctx, lim.DialTimeout)
+		if err == nil {
+			return conn, nil
+		}
+		slog.Debug("remote dial", "remote", w.addr, "try", i+1, "of", dialTries, "err", err)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if w.r.ctx.Err() == nil {
+		slog.Warn("remote unreachable, giving up", "remote", w.addr, "tries", dialTries, "err", err)
+	}
+	return nil, fmt.Errorf("dialling %s: %w", w.addr, err)
+}
+
+func (w *streamWriter) dialOnce(ctx context.Context, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	nd := &net.Dialer{Timeout: timeout}
+	if w.r.config.TLSConfig == nil {
+		return nd.DialContext(ctx, "tcp", w.addr)
+	}
+	td := &tls.Dialer{NetDialer: nd, Config: w.r.config.TLSConfig}
+	return td.DialContext(ctx, "tcp", w.addr)
+}
+
+// write sends batch in as few envelopes as MaxFrame allows.
+func (w *streamWriter) write(rawconn net.Conn, stream DRPCRemote_ReceiveStream, batch []*streamDeliver) error {
+	limit := w.r.limits.MaxFrame
+	var (
+		b       envelopeBuilder
+		size    int
+		nilSend bool
+	)
+	flush := func() error {
+		if b.env == nil {
+			return nil
+		}
+		env := b.env
+		b = envelopeBuilder{}
+		size = 0
+		return w.sendEnvelope(rawconn, stream, env)
+	}
+	for _, d := range batch {
+		pm, ok := d.msg.(proto.Message)
+		if !ok {
+			slog.Warn("remote: dropped a message that is not a proto", "remote", w.addr, "type", fmt.Sprintf("%T", d.msg))
+			continue
+		}
+		data, err := proto.Marshal(pm)
+		if err != nil {
+			slog.Warn("remote: serialize", "remote", w.addr, "err", err)
+			continue
+		}
+		tname := string(proto.MessageName(pm))
+		cost := len(data) + len(tname) + pidCost(d.target) + pidCost(d.sender) + msgOverhead
+		if cost > limit {
+			slog.Warn("remote: message over the frame limit not sent", "remote", w.addr,
+				"type", tname, "size", cost, "limit", limit)
+			w.r.engine.BroadcastEvent(TooLargeEvent{Target: d.target, Sender: d.sender, Msg: d.msg, Size: cost, Limit: limit})
+			continue
+		}
+		if b.env != nil && (size+cost > limit || nilSend != (d.sender == nil)) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		nilSend = d.sender == nil
+		size += cost
+		b.add(d, tname, data)
+	}
+	return flush()
+}
+
+func (w *streamWriter) sendEnvelope(rawconn net.Conn, stream DRPCRemote_ReceiveStream, env *Envelope) error {
+	// A peer that stops reading blocks only this writer, and not for ever.
+	if err := rawconn.SetWriteDeadline(time.Now().Add(w.r.limits.IdleTimeout)); err != nil {
+		return err
+	}
+	return stream.Send(env)
+}
+
+func pidCost(p *actor.PID) int {
+	if p == nil {
+		return 0
+	}
+	return len(p.Address) + len(p.ID) + 16
+}
+
+// envelopeBuilder interns the type names and PIDs of one envelope.
+type envelopeBuilder struct {
+	env     *Envelope
+	types   map[string]int32
+	targets map[uint64]int32
+	senders map[uint64]int32
+}
+
+func (b *envelopeBuilder) add(d *streamDeliver, tname string, data []byte) {
+	if b.env == nil {
+		b.env = &Envelope{}
+		b.types = map[string]int32{}
+		b.targets = map[uint64]int32{}
+		b.senders = map[uint64]int32{}
+	}
+	var typeID, senderID, targetID int32
+	typeID, b.env.TypeNames = lookupTypeName(b.types, tname, b.env.TypeNames)
+	senderID, b.env.Senders = lookupPIDs(b.senders, d.sender, b.env.Senders)
+	targetID, b.env.Targets = lookupPIDs(b.targets, d.target, b.env.Targets)
+	b.env.Messages = append(b.env.Messages, &Message{
+		Data:          data,
+		TypeNameIndex: typeID,
+		SenderIndex:   senderID,
+		TargetIndex:   targetID,
+	})
 }
 
 func lookupPIDs(m map[uint64]int32, pid *actor.PID, pids []*actor.PID) (int32, []*actor.PID) {
