@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/store"
 )
 
@@ -82,8 +83,9 @@ type Config struct {
 	// Metrics receives the counters (unregistered ones when nil).
 	Metrics *Metrics
 
-	live   *liveSet // the node's live app-servers, for the MaxLive cap
-	rounds *gate    // rounds admitted and not yet given a verdict
+	live   *liveSet      // the node's live app-servers, for the MaxLive cap
+	rounds *gate         // rounds admitted and not yet given a verdict
+	sample *edge.Sampler // log lines about rejected input: 10 per reason per minute
 }
 
 func (c *Config) setDefaults() error {
@@ -174,6 +176,7 @@ func (c *Config) setDefaults() error {
 	}
 	c.live = newLiveSet()
 	c.rounds = &gate{}
+	c.sample = edge.NewSampler(10, time.Minute)
 	gauge := c.Metrics.LiveAppServers
 	c.live.onCount = func(n int) { gauge.Set(float64(n)) }
 	return nil

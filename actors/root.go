@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -139,7 +140,12 @@ func (r *rootActor) reject(c *actor.Context, err error) {
 		reason = "user-cap"
 	}
 	r.cfg.Metrics.RemoteRejected.WithLabelValues(reason).Inc()
-	r.log.Warn("rejected a message", "type", fmt.Sprintf("%T", c.Message()), "sender", pidString(c.Sender()), "err", err)
+	if ok, skipped := r.cfg.sample.Take(reason, time.Now()); ok {
+		if skipped > 0 {
+			r.log.Warn("rejected messages not logged (counted in supervisor_remote_rejected_total)", "reason", reason, "count", skipped)
+		}
+		r.log.Warn("rejected a message", "type", fmt.Sprintf("%T", c.Message()), "sender", pidString(c.Sender()), "err", err)
+	}
 	if c.Sender() != nil {
 		deliver(c.Engine(), c.Sender(), messages.NewRejected(c.Message(), err), r.log)
 	}
@@ -174,7 +180,9 @@ func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 		verr = store.ValidateKey(m.Thread)
 	}
 	if verr != nil {
-		r.log.Warn("rejected a round", "err", verr)
+		if ok, _ := r.cfg.sample.Take("round", time.Now()); ok {
+			r.log.Warn("rejected a round", "err", verr)
+		}
 		r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusRejected)).Inc()
 		deliver(c.Engine(), replyTo, messages.RoundFinished{
 			RoundID: m.RoundID, Thread: clipKey(m.Thread), Status: messages.StatusRejected, Error: verr.Error(),

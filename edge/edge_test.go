@@ -158,10 +158,10 @@ func TestPeerLimitsBounded(t *testing.T) {
 
 func TestSampler(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	s := newSampler(2, time.Minute)
+	s := NewSampler(2, time.Minute)
 	var logged, skippedTotal int
 	for i := range 100 {
-		ok, skipped := s.take("r", t0.Add(time.Duration(i)*time.Millisecond))
+		ok, skipped := s.Take("r", t0.Add(time.Duration(i)*time.Millisecond))
 		if ok {
 			logged++
 		}
@@ -170,10 +170,10 @@ func TestSampler(t *testing.T) {
 	if logged != 2 || skippedTotal != 0 {
 		t.Fatalf("first window: %d logged, %d reported skipped; want 2, 0", logged, skippedTotal)
 	}
-	if ok, _ := s.take("other", t0); !ok {
+	if ok, _ := s.Take("other", t0); !ok {
 		t.Fatal("reasons must be sampled separately")
 	}
-	ok, skipped := s.take("r", t0.Add(time.Minute))
+	ok, skipped := s.Take("r", t0.Add(time.Minute))
 	if !ok || skipped != 98 {
 		t.Fatalf("next window: ok %v skipped %d; want true, 98", ok, skipped)
 	}

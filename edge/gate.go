@@ -76,7 +76,7 @@ type Input struct {
 type Gate struct {
 	cfg    Config
 	peers  *peerLimits
-	sample *sampler
+	sample *Sampler
 	log    *slog.Logger
 }
 
@@ -116,7 +116,7 @@ func New(cfg Config) *Gate {
 		cfg: cfg,
 		peers: newPeerLimits(cfg.MaxPeers, cfg.PeerIdle, rate.Limit(cfg.PeerRate), cfg.PeerBurst,
 			rate.Limit(cfg.ReplyRate), cfg.ReplyBurst),
-		sample: newSampler(cfg.LogFirst, cfg.LogWindow),
+		sample: NewSampler(cfg.LogFirst, cfg.LogWindow),
 		log:    cfg.Logger.With("component", "edge"),
 	}
 }
@@ -246,7 +246,7 @@ func (g *Gate) count(reason string) {
 }
 
 func (g *Gate) logSampled(reason string, now time.Time, msg string, args ...any) {
-	ok, skipped := g.sample.take(reason, now)
+	ok, skipped := g.sample.Take(reason, now)
 	if skipped > 0 {
 		g.log.Warn("refused remote input not logged (counted in supervisor_remote_rejected_total)",
 			"reason", reason, "count", skipped, "window", g.cfg.LogWindow)

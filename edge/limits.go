@@ -89,10 +89,11 @@ func (p *peerLimits) len() int {
 	return len(p.m)
 }
 
-// sampler decides which log lines about refused input are written: the
+// Sampler decides which log lines about refused input are written: the
 // first n per reason in each window, then, with the first line of a later
-// window, one summary of how many were left out.
-type sampler struct {
+// window, one summary of how many were left out. It is safe for
+// concurrent use.
+type Sampler struct {
 	mu     sync.Mutex
 	n      int
 	window time.Duration
@@ -105,14 +106,15 @@ type sampleWindow struct {
 	suppressed int
 }
 
-func newSampler(n int, window time.Duration) *sampler {
-	return &sampler{n: n, window: window, by: make(map[string]*sampleWindow)}
+// NewSampler lets n lines per reason through in each window.
+func NewSampler(n int, window time.Duration) *Sampler {
+	return &Sampler{n: n, window: window, by: make(map[string]*sampleWindow)}
 }
 
-// take reports whether a line about reason may be written at now, and how
+// Take reports whether a line about reason may be written at now, and how
 // many lines of that reason were left out before it (to be reported in a
 // summary first).
-func (s *sampler) take(reason string, now time.Time) (ok bool, skipped int) {
+func (s *Sampler) Take(reason string, now time.Time) (ok bool, skipped int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.by[reason]

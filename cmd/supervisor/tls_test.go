@@ -358,7 +358,7 @@ func TestTLSReplyDialFailureKeepsServing(t *testing.T) {
 	}
 	srv := opsStartServe(t, exe, "serve", "--listen", addr, "--homes", filepath.Join(dir, "homes"),
 		"--workspace", workspace, "--codex", opsCodexBin(t), "--tls-cert", daemonCert, "--tls-key", daemonKey,
-		"--tls-ca", ca.pem, "--metrics-listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug")
+		"--tls-ca", ca.pem, "--authz-allow-any", "--metrics-listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug")
 	metrics := srv.waitMsg("metrics serving")
 
 	bad := opsNewCaller(t, addr, tlsConfig(t, badCert, badKey, ca.pem))
@@ -440,6 +440,14 @@ func TestTLSValidateFlags(t *testing.T) {
 	workspace := t.TempDir()
 	homes := filepath.Join(t.TempDir(), "homes")
 	base := []string{"--homes", homes, "--workspace", workspace}
+	authz := filepath.Join(dir, "authz.json")
+	if err := os.WriteFile(authz, []byte(`{"version": 1, "grants": [{"identities": ["node"], "users": ["*"], "kinds": ["rounds"]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badAuthz := filepath.Join(dir, "bad-authz.json")
+	if err := os.WriteFile(badAuthz, []byte("{\n  \"version\": 1,\n  \"grant\": []\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tlsFlags := []string{"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca.pem}
 
 	for _, c := range []struct {
@@ -457,7 +465,15 @@ func TestTLSValidateFlags(t *testing.T) {
 		{"host name, plaintext", []string{"--listen", "node1.example:4100"}, "needs --allow-plaintext"},
 		{"not host:port", []string{"--listen", "127.0.0.1"}, "needs --allow-plaintext"},
 		{"any address, plaintext allowed", []string{"--listen", "0.0.0.0:4100", "--allow-plaintext"}, ""},
-		{"any address, mutual TLS", append([]string{"--listen", "0.0.0.0:4100"}, tlsFlags...), ""},
+		{"any address, mutual TLS, any peer", append([]string{"--listen", "0.0.0.0:4100", "--authz-allow-any"}, tlsFlags...), ""},
+		{"any address, mutual TLS, a policy", append([]string{"--listen", "0.0.0.0:4100", "--authz", authz}, tlsFlags...), ""},
+		{"mutual TLS without a policy", append([]string{"--listen", "0.0.0.0:4100"}, tlsFlags...), "mutual TLS needs --authz FILE"},
+		{"a policy and allow-any", append([]string{"--authz", authz, "--authz-allow-any"}, tlsFlags...), "exclude each other"},
+		{"a policy in plaintext", []string{"--authz", authz}, "--authz needs mutual TLS"},
+		{"a policy with an unknown field", append([]string{"--authz", badAuthz}, tlsFlags...), `line 3: json: unknown field "grant"`},
+		{"a policy file missing", append([]string{"--authz", filepath.Join(dir, "nope.json")}, tlsFlags...), "reading the authorization file"},
+		{"no peer rate", []string{"--peer-rate", "0"}, "must be positive"},
+		{"no user cap", []string{"--max-users", "0"}, "must be positive"},
 		{"cert only", []string{"--listen", "0.0.0.0:4100", "--tls-cert", cert}, "needs all of --tls-cert, --tls-key and --tls-ca"},
 		{"cert and key, no CA", []string{"--tls-cert", cert, "--tls-key", key}, "needs all of --tls-cert, --tls-key and --tls-ca"},
 		{"CA only", []string{"--tls-ca", ca.pem}, "needs all of"},
