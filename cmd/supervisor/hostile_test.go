@@ -467,8 +467,8 @@ func TestHostileUserFlood(t *testing.T) {
 	opsWaitMetric(t, h.metricsURL, "go_goroutines", "", fmt.Sprintf("<= %v + 20", goroutines0),
 		func(v float64) bool { return v <= goroutines0+20 })
 	heap1 := h.value("go_memstats_heap_inuse_bytes", "")
-	if heapPeak-heap0 > 256<<20 {
-		t.Errorf("heap grew by %.0f MiB during the flood", (heapPeak-heap0)/(1<<20))
+	if heapPeak-heap0 > 256<<20 || heap1-heap0 > 128<<20 {
+		t.Errorf("heap in use grew by %.0f MiB during the flood and %.0f MiB after it, want at most 256 and 128", (heapPeak-heap0)/(1<<20), (heap1-heap0)/(1<<20))
 	}
 	t.Logf("%d distinct users in %v: %v user actors at the peak, %v refused (user-cap); goroutines %v → %v → %v; heap in use %.1f → %.1f → %.1f MiB",
 		n, sent.Round(time.Millisecond), users, h.value("supervisor_remote_rejected_total", `reason="user-cap"`),
@@ -694,4 +694,3 @@ func TestSecondDaemonOnSameHomes(t *testing.T) {
 	}
 	h.alive()
 }
-
