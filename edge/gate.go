@@ -56,6 +56,9 @@ type Config struct {
 	Reply func(to *actor.PID, msg any)
 	// Rejected counts refusals by reason (nil: not counted).
 	Rejected *prometheus.CounterVec
+	// Rounds counts the rounds refused here under the status label
+	// "rejected", their verdict (nil: not counted).
+	Rounds *prometheus.CounterVec
 	// Logger receives the sampled lines (slog.Default when nil).
 	Logger *slog.Logger
 	// Now is the clock (time.Now when nil).
@@ -220,6 +223,9 @@ func (g *Gate) refuse(in Input, key, reason string, msg any, err error) {
 		return
 	}
 	if sr, ok := msg.(messages.StartRound); ok {
+		if g.cfg.Rounds != nil {
+			g.cfg.Rounds.WithLabelValues(string(messages.StatusRejected)).Inc()
+		}
 		to := in.Sender
 		if sr.ReplyTo != nil && sr.ReplyTo.Address == in.Sender.Address && sr.ReplyTo.ID != "" {
 			to = actor.NewPID(sr.ReplyTo.Address, sr.ReplyTo.ID)

@@ -34,6 +34,10 @@ type edgeOptions struct {
 	// defaults).
 	peerRate  float64
 	peerBurst int
+	// replyRate and replyBurst limit the refusals answered to each peer
+	// (zero: the gate's defaults).
+	replyRate  float64
+	replyBurst int
 	// limits are the transport's (zero fields: its defaults).
 	limits remote.Limits
 }
@@ -61,8 +65,9 @@ func startDaemonEdge(listen string, tlsConf *tls.Config, cfg actors.Config, eo e
 	log := cfg.Logger
 	gate := edge.New(edge.Config{
 		Self: listen, Root: rootPID(listen), Policy: eo.policy,
-		PeerRate: eo.peerRate, PeerBurst: eo.peerBurst,
+		PeerRate: eo.peerRate, PeerBurst: eo.peerBurst, ReplyRate: eo.replyRate, ReplyBurst: eo.replyBurst,
 		Rejected: cfg.Metrics.RemoteRejected, Logger: log,
+		Rounds: cfg.Metrics.Rounds,
 		Reply: func(to *actor.PID, msg any) {
 			e := engine.Load()
 			if e == nil {

@@ -30,6 +30,11 @@ const roundTimeout = 60 * time.Second
 // waitTimeout bounds every other wait.
 const waitTimeout = 30 * time.Second
 
+// testEdge are the edge settings of the in-process daemons: these tests
+// send faster than a peer may by default (20/s) and draw more refusals than
+// are answered by default (5/s); TestHostileFrames covers the defaults.
+var testEdge = edgeOptions{peerRate: 100000, peerBurst: 100000, replyRate: 100000, replyBurst: 100000}
+
 // codexBin is the real codex CLI. The end-to-end tests need it: without it
 // they fail (scripts/install-codex installs it), they never skip.
 func codexBin(t testing.TB) string {
@@ -136,7 +141,7 @@ func (e *env) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	d, err := startDaemon(addr, nil, e.cfg)
+	d, _, err := startDaemonEdge(addr, nil, e.cfg, testEdge)
 	if err != nil {
 		e.t.Fatalf("startDaemon: %v", err)
 	}
