@@ -63,7 +63,7 @@ type Limits struct {
 	HandshakeTimeout  time.Duration // accepted conns must finish TLS (and send a first frame) within, default 10s
 	IdleTimeout       time.Duration // a writer with nothing held and nothing sent for this long closes; default 10m
 	KeepaliveInterval time.Duration // while an address is held, an empty envelope at least this often; default 30s
-	ReadIdleTimeout   time.Duration // an accepted conn with no frame (keepalives count) for this long closes; default 2*IdleTimeout
+	ReadIdleTimeout   time.Duration // an accepted conn with no frame (keepalives count) for this long closes; default 2*IdleTimeout (keep it above the peers' IdleTimeout and KeepaliveInterval)
 	MaxConnsPerIP     int           // accepted conns per remote IP, default 64
 }
 

@@ -67,6 +67,7 @@ type Remote struct {
 	stopping bool
 	writers  map[string]*streamWriter
 	holds    map[string]int
+	ln       *listener
 }
 
 const (
@@ -108,6 +109,7 @@ func (r *Remote) Start(e *actor.Engine) error {
 		return fmt.Errorf("remote failed to listen: %w", err)
 	}
 	ln := newListener(inner, r)
+	r.ln = ln
 	slog.Debug("listening", "addr", r.addr, "tls", r.config.TLSConfig != nil)
 	mux := drpcmux.New()
 	err = DRPCRegisterRemote(mux, newStreamReader(r))

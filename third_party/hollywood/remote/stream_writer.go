@@ -3,7 +3,6 @@ package remote
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -173,8 +172,7 @@ func (w *streamWriter) run(ctx context.Context) {
 		case <-timer.C:
 		}
 		held := w.r.held(w.addr)
-		now := time.Now()
-		idle := !held && now.Sub(last) >= lim.IdleTimeout
+		idle, keepalive := idleStep(held, last, time.Now(), lim)
 		if batch := w.take(idle); len(batch) > 0 {
 			if err := w.write(rawconn, stream, batch); err != nil {
 				slog.Debug("remote write", "remote", w.addr, "err", err)
@@ -185,7 +183,7 @@ func (w *streamWriter) run(ctx context.Context) {
 		} else if idle {
 			reason = "idle"
 			return
-		} else if held && now.Sub(last) >= lim.KeepaliveInterval {
+		} else if keepalive {
 			if err := w.sendEnvelope(rawconn, stream, &Envelope{}); err != nil {
 				slog.Debug("remote keepalive", "remote", w.addr, "err", err)
 				reason = "lost"
@@ -193,18 +191,25 @@ func (w *streamWriter) run(ctx context.Context) {
 			}
 			last = time.Now()
 		}
-		next := lim.IdleTimeout
-		if held {
-			next = lim.KeepaliveInterval
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(max(time.Until(last.Add(next)), 0))
+		timer.Reset(nextWake(held, last, time.Now(), lim))
 	}
+}
+
+// idleStep decides, at now, whether a writer that last sent at last idles
+// out (nothing held) or owes a keepalive (held).
+func idleStep(held bool, last, now time.Time, lim Limits) (idle, keepalive bool) {
+	quiet := now.Sub(last)
+	return !held && quiet >= lim.IdleTimeout, held && quiet >= lim.KeepaliveInterval
+}
+
+// nextWake is how long a writer that last sent at last waits before its
+// next idleStep.
+func nextWake(held bool, last, now time.Time, lim Limits) time.Duration {
+	period := lim.IdleTimeout
+	if held {
+		period = lim.KeepaliveInterval
+	}
+	return max(last.Add(period).Sub(now), 0)
 }
 
 // shutdown closes the writer for good: later sends go to a new writer.
@@ -216,16 +221,9 @@ func (w *streamWriter) shutdown(ctx context.Context, reason string) {
 	dropped := len(w.queue)
 	w.queue = nil
 	w.mu.Unlock()
-	select {
-	case <-w.ready:
-	default:
-		close(w.ready) // the dial never finished (stop)
-		if w.dialErr == nil {
-			w.dialErr = errors.New("remote stopped")
-		}
-	}
 	w.r.forget(w)
-	slog.Debug("stream writer closed", "remote", w.addr, "reason", reason, "dropped", dropped)
+	// Upstream's router logged this line; operators (and tests) know it.
+	slog.Debug("stream terminated", "remote", w.addr, "reason", reason, "dropped", dropped)
 	if ctx.Err() == nil {
 		w.r.engine.BroadcastEvent(actor.RemoteUnreachableEvent{ListenAddr: w.addr})
 	}

@@ -1,0 +1,229 @@
+package remote
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// blackHole is a TCP listener that never accepts: connects succeed (the
+// kernel queues them) and a TLS handshake never gets an answer.
+func blackHole(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String()
+}
+
+// TestSenderBindingTLS: under mutual TLS a sender is delivered only when its
+// address, dialled back, presents the connection's own identity.
+func TestSenderBindingTLS(t *testing.T) {
+	p := newPKI(t)
+	lim := Limits{DialTimeout: 500 * time.Millisecond}
+	gateSaw := make(chan Inbound, 16)
+	d := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/daemon")).WithLimits(lim).
+		WithGate(func(in Inbound) (any, bool) { gateSaw <- in; return in.Msg, true }))
+	alice := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/alice")).WithLimits(lim))
+
+	// Alice as herself: delivered, and the reply comes back.
+	alice.e.SendWithSender(d.echo, wrapperspb.String("hi"), alice.sink)
+	if got := alice.recv(t).msg.(*wrapperspb.StringValue).GetValue(); got != "hi" {
+		t.Fatalf("echo %q", got)
+	}
+	in := <-gateSaw
+	if in.Peer.Identity != "spiffe://mesh/alice" || in.Peer.TLS == nil {
+		t.Errorf("peer identity %q, TLS %v", in.Peer.Identity, in.Peer.TLS != nil)
+	}
+
+	// Bob, with a certificate of the same CA, names Alice as the sender.
+	bob := dialRaw(t, d.addr, p.config(t, "spiffe://mesh/bob"))
+	bob.send(t, one(d.echo, alice.sink, wrapperspb.String("as alice")))
+	if rf := d.ref.wait(t); rf.Reason != RefuseSender || rf.Peer.Identity != "spiffe://mesh/bob" {
+		t.Errorf("refusal %q for %q (%v), want %q for bob", rf.Reason, rf.Peer.Identity, rf.Err, RefuseSender)
+	}
+	// Bob names an address that never answers the handshake: refused
+	// within about DialTimeout, and nothing is ever sent there.
+	start := time.Now()
+	bob.send(t, one(d.echo, actor.NewPID(blackHole(t), "x"), wrapperspb.String("into the hole")))
+	if rf := d.ref.wait(t); rf.Reason != RefuseSender {
+		t.Errorf("refusal %q (%v), want %q", rf.Reason, rf.Err, RefuseSender)
+	}
+	if took := time.Since(start); took > 3*lim.DialTimeout {
+		t.Errorf("black-holed sender refused after %v, DialTimeout %v", took, lim.DialTimeout)
+	}
+	// Bob as himself would need a listener presenting bob's certificate; his
+	// own connection still works for a message without a sender.
+	bob.send(t, one(d.sink, nil, wrapperspb.String("anonymous")))
+	if got := d.recv(t).msg.(*wrapperspb.StringValue).GetValue(); got != "anonymous" {
+		t.Fatalf("got %q", got)
+	}
+	if got := (<-gateSaw).Peer.Identity; got != "spiffe://mesh/bob" {
+		t.Errorf("identity %q", got)
+	}
+	select {
+	case m := <-alice.got:
+		t.Fatalf("alice got a reply to bob's forgery: %v", m.msg)
+	default:
+	}
+}
+
+// TestBlackHoleDoesNotDelayOthers: while a dial to a black-holed address
+// is pending (a reply to it, and a forged sender being verified), a healthy
+// caller's round trips are as fast as before.
+func TestBlackHoleDoesNotDelayOthers(t *testing.T) {
+	p := newPKI(t)
+	lim := Limits{DialTimeout: 5 * time.Second}
+	d := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/daemon")).WithLimits(lim))
+	h := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/healthy")).WithLimits(lim))
+
+	roundTrips := func(n int) time.Duration {
+		var total time.Duration
+		for range n {
+			start := time.Now()
+			h.e.SendWithSender(d.echo, wrapperspb.String("ping"), h.sink)
+			h.recv(t)
+			total += time.Since(start)
+		}
+		return total / time.Duration(n)
+	}
+	roundTrips(20) // connections and verification warm
+	baseline := roundTrips(200)
+
+	hole := blackHole(t)
+	d.e.Send(actor.NewPID(hole, "victim"), wrapperspb.String("reply into the hole"))
+	attacker := dialRaw(t, d.addr, p.config(t, "spiffe://mesh/attacker"))
+	attacker.send(t, one(d.echo, actor.NewPID(hole, "forged"), wrapperspb.String("x")))
+	d.r.mu.Lock()
+	w := d.r.writers[hole]
+	d.r.mu.Unlock()
+	if w == nil {
+		t.Fatal("no writer to the black hole")
+	}
+
+	attacked := roundTrips(200)
+	select {
+	case <-w.ready:
+		t.Fatal("the black-holed dial finished before the measurement did: make DialTimeout longer")
+	default:
+	}
+	t.Logf("mean round trip: baseline %v, with a black-holed dial pending %v", baseline, attacked)
+	if attacked > baseline*3/2+5*time.Millisecond {
+		t.Errorf("round trips slowed from %v to %v", baseline, attacked)
+	}
+}
+
+// TestDialGivesUp: an address where nothing listens is given up after the
+// tries, bounded in time, with RemoteUnreachableEvent; the next send to it
+// dials again.
+func TestDialGivesUp(t *testing.T) {
+	lim := Limits{DialTimeout: 300 * time.Millisecond}
+	n := newNode(t, NewConfig().WithLimits(lim))
+	events := subscribe(t, n.e)
+	dead := freeAddr(t)
+	start := time.Now()
+	n.e.Send(actor.NewPID(dead, "x"), wrapperspb.String("lost"))
+	waitEvent(t, events, func(ev any) bool {
+		u, ok := ev.(actor.RemoteUnreachableEvent)
+		return ok && u.ListenAddr == dead
+	})
+	if took := time.Since(start); took > 2*lim.DialTimeout+time.Second {
+		t.Errorf("gave up after %v; bound 2×DialTimeout = %v", took, 2*lim.DialTimeout)
+	}
+	n.r.mu.Lock()
+	_, still := n.r.writers[dead]
+	n.r.mu.Unlock()
+	if still {
+		t.Error("the failed writer is still registered")
+	}
+}
+
+// subscribe returns the engine's events (a bounded channel; extra events are
+// dropped).
+func subscribe(t testing.TB, e *actor.Engine) <-chan any {
+	t.Helper()
+	ch := make(chan any, 1024)
+	pid := e.SpawnFunc(func(c *actor.Context) {
+		switch c.Message().(type) {
+		case actor.Initialized, actor.Started, actor.Stopped:
+			return
+		}
+		select {
+		case ch <- c.Message():
+		default:
+		}
+	}, "events")
+	e.Subscribe(pid)
+	t.Cleanup(func() {
+		e.Unsubscribe(pid)
+		<-e.Poison(pid).Done()
+	})
+	return ch
+}
+
+// waitEvent waits for the first event that matches.
+func waitEvent(t testing.TB, ch <-chan any, match func(any) bool) any {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-ch:
+			if match(ev) {
+				return ev
+			}
+		case <-deadline:
+			t.Fatal("no matching event within 10s")
+			return nil
+		}
+	}
+}
+
+func TestDefaultIdentify(t *testing.T) {
+	u, _ := url.Parse("spiffe://mesh/alice")
+	for _, tc := range []struct {
+		name string
+		cs   *tls.ConnectionState
+		want string
+	}{
+		{"nil", nil, ""},
+		{"no certificate", &tls.ConnectionState{}, ""},
+		{"URI SAN first", &tls.ConnectionState{PeerCertificates: []*x509.Certificate{
+			{URIs: []*url.URL{u}, Subject: pkix.Name{CommonName: "cn"}}}}, "spiffe://mesh/alice"},
+		{"CN otherwise", &tls.ConnectionState{PeerCertificates: []*x509.Certificate{
+			{Subject: pkix.Name{CommonName: "cn"}}}}, "cn"},
+	} {
+		if got := DefaultIdentify(tc.cs); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestCustomIdentify: WithIdentify names the peers (both the connection and
+// the dial-back use it).
+func TestCustomIdentify(t *testing.T) {
+	p := newPKI(t)
+	byCN := func(cs *tls.ConnectionState) string {
+		if cs == nil || len(cs.PeerCertificates) == 0 {
+			return ""
+		}
+		return "cn:" + cs.PeerCertificates[0].Subject.CommonName
+	}
+	seen := make(chan string, 4)
+	d := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/daemon")).WithIdentify(byCN).
+		WithGate(func(in Inbound) (any, bool) { seen <- in.Peer.Identity; return in.Msg, true }))
+	a := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/a")).WithIdentify(byCN))
+	a.e.SendWithSender(d.echo, wrapperspb.String("x"), a.sink)
+	a.recv(t)
+	if got := <-seen; got != "cn:cn-spiffe://mesh/a" {
+		t.Errorf("identity %q", got)
+	}
+}
