@@ -34,13 +34,19 @@ func newRemoteClient(daemonAddr, listen string) (*remoteClient, error) {
 
 // newRemoteClientTLS is newRemoteClient over mutual TLS when tlsConf is set.
 func newRemoteClientTLS(daemonAddr, listen string, tlsConf *tls.Config) (*remoteClient, error) {
+	return newRemoteClientWith(daemonAddr, listen, tlsConf)
+}
+
+// newRemoteClientWith is newRemoteClientTLS with adjustments of the
+// remote's config (limits, in tests).
+func newRemoteClientWith(daemonAddr, listen string, tlsConf *tls.Config, with ...func(remote.Config) remote.Config) (*remoteClient, error) {
 	if listen == "" {
 		var err error
 		if listen, err = freeLoopbackAddr(); err != nil {
 			return nil, err
 		}
 	}
-	e, rem, err := newRemoteEngine(listen, tlsConf)
+	e, rem, err := newRemoteEngine(listen, tlsConf, with...)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
+	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
 
 // roundTimeout bounds the wait for one round's verdict. Real CLI turns take
@@ -68,13 +69,15 @@ type env struct {
 	cfg       actors.Config
 	logs      *syncBuffer // the daemon's log at debug level, the app-servers' stderr included
 
-	d      *daemon
-	addr   string
-	c      *remoteClient
-	rounds map[string][]any // replies of rounds not collected yet, by round id
-	done   map[string]bool  // rounds whose verdict was collected
-	other  []any            // replies that belong to no round
-	nextID int
+	edge       edgeOptions                       // the daemon's edge settings
+	clientWith func(remote.Config) remote.Config // adjusts the caller's remote; nil: none
+	d          *daemon
+	addr       string
+	c          *remoteClient
+	rounds     map[string][]any // replies of rounds not collected yet, by round id
+	done       map[string]bool  // rounds whose verdict was collected
+	other      []any            // replies that belong to no round
+	nextID     int
 }
 
 // newEnv starts a mock model and a daemon (cfg adjusted by mutate) with a
@@ -84,6 +87,13 @@ type env struct {
 // of the test is left.
 func newEnv(t *testing.T, mutate func(*actors.Config)) *env {
 	t.Helper()
+	return newEnvEdge(t, mutate, testEdge, nil)
+}
+
+// newEnvEdge is newEnv with the daemon's edge settings and an adjustment
+// of the caller's remote (nil: none).
+func newEnvEdge(t *testing.T, mutate func(*actors.Config), eo edgeOptions, clientWith func(remote.Config) remote.Config) *env {
+	t.Helper()
 	bin := codexBin(t)
 	root := t.TempDir()
 	e := &env{
@@ -91,8 +101,9 @@ func newEnv(t *testing.T, mutate func(*actors.Config)) *env {
 		homes:     filepath.Join(root, "homes"),
 		workspace: filepath.Join(root, "workspace"),
 		logs:      &syncBuffer{},
-		rounds:    map[string][]any{},
-		done:      map[string]bool{},
+		edge:      eo, clientWith: clientWith,
+		rounds: map[string][]any{},
+		done:   map[string]bool{},
 	}
 	if err := os.MkdirAll(e.workspace, 0o700); err != nil {
 		t.Fatal(err)
@@ -141,12 +152,16 @@ func (e *env) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	d, _, err := startDaemonEdge(addr, nil, e.cfg, testEdge)
+	d, _, err := startDaemonEdge(addr, nil, e.cfg, e.edge)
 	if err != nil {
 		e.t.Fatalf("startDaemon: %v", err)
 	}
 	e.d, e.addr = d, addr
-	c, err := newRemoteClient(addr, "")
+	var with []func(remote.Config) remote.Config
+	if e.clientWith != nil {
+		with = append(with, e.clientWith)
+	}
+	c, err := newRemoteClientWith(addr, "", nil, with...)
 	if err != nil {
 		e.t.Fatalf("newRemoteClient: %v", err)
 	}

@@ -694,3 +694,30 @@ func TestSecondDaemonOnSameHomes(t *testing.T) {
 	}
 	h.alive()
 }
+
+// TestLongRoundOutlivesIdleLimit: with the remote's idle limits made short
+// (a writer closes after 300 ms without a send, a connection after 600 ms
+// without a frame), a round whose model streams an event every 700 ms
+// still gets every event and its verdict: the daemon holds the caller's
+// address while the round runs, the caller holds the daemon's while it
+// waits, and keepalives flow in both directions.
+func TestLongRoundOutlivesIdleLimit(t *testing.T) {
+	lim := remote.Limits{IdleTimeout: 300 * time.Millisecond, KeepaliveInterval: 50 * time.Millisecond, ReadIdleTimeout: 600 * time.Millisecond}
+	eo := testEdge
+	eo.limits = lim
+	e := newEnvEdge(t, nil, eo, func(rc remote.Config) remote.Config { return rc.WithLimits(lim) })
+	e.model.SetResponder(func(req *mockmodel.Request) mockmodel.Script {
+		return mockmodel.Text("long ", "answer").WithDelay(700 * time.Millisecond)
+	})
+	defer e.c.rem.Hold(e.addr)()
+	start := time.Now()
+	r := e.round(messages.StartRound{User: "patient", Thread: "t", Text: "take your time"}).mustComplete(t)
+	took := time.Since(start)
+	if r.text() != "long answer" {
+		t.Errorf("text %q, want %q", r.text(), "long answer")
+	}
+	if took < 4*lim.ReadIdleTimeout {
+		t.Fatalf("the round took %v: not long enough to outlive the idle limits (%v, %v)", took, lim.IdleTimeout, lim.ReadIdleTimeout)
+	}
+	t.Logf("a round of %v with an idle limit of %v got its verdict", took.Round(time.Millisecond), lim.IdleTimeout)
+}
