@@ -42,7 +42,8 @@ func lockHomes(homes string) (*homesLock, error) {
 		}
 		return nil, fmt.Errorf("locking %s: %w", name, err)
 	}
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	if err != nil {
