@@ -414,3 +414,26 @@ func TestPeerKey(t *testing.T) {
 		t.Errorf("loopback key %q", k)
 	}
 }
+
+// BenchmarkGateCheck is what the gate adds to one message: the root
+// decoded and validated it before the gate existed, so the new cost is the
+// target and sender checks, one limiter and the policy match.
+func BenchmarkGateCheck(b *testing.B) {
+	p, err := ParsePolicy([]byte(testPolicy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := New(Config{Self: self, Root: root, Policy: p, PeerRate: 1e12, PeerBurst: 1 << 30,
+		Reply: func(*actor.PID, any) { b.Fatal("refused") }})
+	a, err := messages.Encode(messages.StartRound{User: "team-a", Thread: "t", Text: strings.Repeat("x", 1000)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := Input{Identity: "spiffe://mesh/agent-3", Addr: peer, Target: root, Sender: caller, Msg: a}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := g.Check(in); !ok {
+			b.Fatal("refused")
+		}
+	}
+}
