@@ -121,6 +121,7 @@ func Start(cfg Config) (*Process, error) {
 		env = AllowedEnv(os.Environ(), nil)
 	}
 	env = append(withoutKey(env, "CODEX_HOME"), "CODEX_HOME="+home)
+	env = PreferBundledBwrap(env, cfg.Binary)
 
 	args := cfg.Args
 	if args == nil {
@@ -459,6 +460,26 @@ func EnsureHome(home string) error {
 		return fmt.Errorf("creating codex home: %w", err)
 	}
 	return nil
+}
+
+// PreferBundledBwrap puts the bubblewrap that the codex package ships
+// (codex-resources/bwrap beside the executable's folder, "built for Codex")
+// first on env's PATH, when there is one. codex sandboxes its commands with
+// the first bwrap on PATH and falls back to the bundled one only when there
+// is none; Debian's bubblewrap 0.8 lacks --argv0, which codex 0.169 passes,
+// so with it installed every sandboxed command and patch failed.
+func PreferBundledBwrap(env []string, bin string) []string {
+	dir := filepath.Join(filepath.Dir(filepath.Dir(bin)), "codex-resources")
+	if fi, err := os.Stat(filepath.Join(dir, "bwrap")); err != nil || fi.IsDir() {
+		return env
+	}
+	path := dir
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok && v != "" {
+			path += string(os.PathListSeparator) + v
+		}
+	}
+	return append(withoutKey(env, "PATH"), "PATH="+path)
 }
 
 // allowedEnv names the variables of the daemon's own environment a codex

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
@@ -106,7 +107,7 @@ func startAppServer(t *testing.T, e *env, extraArgs ...string) *appServer {
 	}
 	args := append([]string{"app-server"}, extraArgs...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = codexhome.Env(os.Environ(), e.home)
+	cmd.Env = codexrpc.PreferBundledBwrap(codexhome.Env(os.Environ(), e.home), bin)
 	cmd.Dir = e.work
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 5 * time.Second
