@@ -314,6 +314,18 @@ func (r *rootActor) gone(c *actor.Context, m userGone) {
 	if len(u.pending) == 0 {
 		return
 	}
+	if r.draining {
+		// Stopping: no new actor. Admitted rounds still get a verdict.
+		for _, p := range u.pending {
+			if req, ok := p.msg.(roundRequest); ok {
+				deliver(c.Engine(), req.replyTo, messages.RoundFinished{RoundID: req.RoundID, Thread: req.Thread,
+					Status: messages.StatusUnavailable, Error: "the daemon is shutting down"}, r.log)
+				r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusUnavailable)).Inc()
+				req.settle(r.cfg)
+			}
+		}
+		return
+	}
 	home, err := homeFor(r.cfg, m.user)
 	if err != nil {
 		return // cannot happen: the id was valid when the first actor started
