@@ -721,3 +721,59 @@ func TestLongRoundOutlivesIdleLimit(t *testing.T) {
 	}
 	t.Logf("a round of %v with an idle limit of %v got its verdict", took.Round(time.Millisecond), lim.IdleTimeout)
 }
+
+// TestInsecureStartsWarn: every start that lets callers act for users
+// without proof of who they are says so: plaintext on loopback, plaintext
+// on every address (--allow-plaintext), and mutual TLS with
+// --authz-allow-any; with a policy file nothing is warned.
+func TestInsecureStartsWarn(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlsNewCA(t, dir, "ca", "meshweaver test CA")
+	cert, key := ca.issue(t, dir, "daemon")
+	policy := filepath.Join(dir, "authz.json")
+	if err := os.WriteFile(policy, []byte(hostilePolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	workspace := filepath.Join(dir, "workspace")
+	if err := os.MkdirAll(workspace, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	exe := opsBuild(t, dir)
+	tlsFlags := []string{"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca.pem}
+	for _, c := range []struct {
+		name  string
+		flags []string
+		warn  string // "" for none
+	}{
+		{"loopback plaintext", nil, "plaintext remote on loopback: callers are unauthenticated; every local process may act for every user (development only)"},
+		{"every address, plaintext", []string{"--allow-plaintext", "--listen-any"}, "plaintext remote on a non-loopback address (--allow-plaintext): callers are unauthenticated and anyone who reaches the port may act for every user"},
+		{"TLS, any identity", append([]string{"--authz-allow-any"}, tlsFlags...), "--authz-allow-any: every certificate of the CA may act for every user"},
+		{"TLS, a policy", append([]string{"--authz", policy}, tlsFlags...), ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			addr, err := freeLoopbackAddr()
+			if err != nil {
+				t.Fatal(err)
+			}
+			flags := c.flags
+			if i := slices.Index(flags, "--listen-any"); i >= 0 {
+				_, port, _ := net.SplitHostPort(addr)
+				addr = "0.0.0.0:" + port
+				flags = slices.Delete(slices.Clone(flags), i, i+1)
+			}
+			srv := opsStartServe(t, exe, append([]string{"serve", "--listen", addr, "--homes", filepath.Join(t.TempDir(), "homes"),
+				"--workspace", workspace, "--codex", opsCodexBin(t), "--metrics-listen", "", "--log-format", "json"}, flags...)...)
+			srv.waitMsg("supervisor serving")
+			warned := func(rec map[string]any) bool {
+				return rec["level"] == "WARN" && strings.Contains(fmt.Sprint(rec["msg"]), "callers are unauthenticated") || rec["msg"] == "--authz-allow-any: every certificate of the CA may act for every user"
+			}
+			if c.warn == "" {
+				if rec, found := srv.find(warned); found {
+					t.Errorf("warned %v with a policy file", rec["msg"])
+				}
+				return
+			}
+			srv.waitMsg(c.warn)
+		})
+	}
+}

@@ -204,8 +204,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	o.warnInsecure(log) // before "supervisor serving", which tests wait on
 	log.Info("supervisor serving", "listen", o.listen, "tls", tlsConf != nil, "authz", o.authz, "codex", bin, "homes", o.homes)
-	o.warnInsecure(log)
 
 	var g run.Group
 	if o.metricsListen != "" { // Metrics and health: first up, last down.
