@@ -419,6 +419,11 @@ func TestHostileFrames(t *testing.T) {
 		h.alive()
 	})
 
+	// The peers seen (the good caller, the victims, the flooder: each its
+	// own sender address on loopback) are kept, and bounded.
+	if n := h.value("supervisor_remote_peers", ""); n < 3 || n > 10000 {
+		t.Errorf("supervisor_remote_peers = %v, want between 3 and 10000", n)
+	}
 	// Bounded: the goroutines come back to where they were.
 	opsWaitMetric(t, h.metricsURL, "go_goroutines", "", fmt.Sprintf("<= %v + 20", goroutines0),
 		func(v float64) bool { return v <= goroutines0+20 })

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/codexrpc"
@@ -189,7 +190,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	reg := newRegistry()
-	d, _, err := startDaemonEdge(o.listen, tlsConf, actors.Config{
+	d, gate, err := startDaemonEdge(o.listen, tlsConf, actors.Config{
 		Homes: o.homes, Workspace: o.workspace, CodexBin: bin,
 		Overrides: o.overrides, CodexEnv: o.codexEnv,
 		Sandbox: o.sandbox, ApprovalPolicy: o.approval,
@@ -204,6 +205,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "supervisor_remote_peers", Help: "Peers whose rate limiters the edge keeps (bounded; idle ones are dropped first).",
+	}, func() float64 { return float64(gate.Peers()) }))
 	o.warnInsecure(log) // before "supervisor serving", which tests wait on
 	log.Info("supervisor serving", "listen", o.listen, "tls", tlsConf != nil, "authz", o.authz, "codex", bin, "homes", o.homes)
 
