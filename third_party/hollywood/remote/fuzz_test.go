@@ -27,6 +27,9 @@ func FuzzEnvelope(f *testing.F) {
 	}
 	good, _ := proto.Marshal(one(target, actor.NewPID("127.0.0.1:4200", "caller/1"), wrapperspb.String("hi")))
 	f.Add(good)
+	// A proto to the (former) stream writer's id: it crashed upstream.
+	toWriter, _ := proto.Marshal(one(actor.NewPID(self, "stream/127.0.0.1:4200"), nil, wrapperspb.String("boom")))
+	f.Add(toWriter)
 	empty, _ := proto.Marshal(&Envelope{}) // a keepalive
 	f.Add(empty)
 	f.Add([]byte{0x22, 0x00})             // one empty Message: all indices 0, nothing to index

@@ -42,8 +42,9 @@ func (c Config) WithTLS(tlsconf *tls.Config) Config {
 }
 
 // Set the buffer size of the stream reader.
-// If not provided, the default buffer size is 4MB
-// defined by drpc package
+// meshweaver patch: it is the frame limit (Limits.MaxFrame, which wins when
+// both are set); if neither is provided it is DefaultMaxFrame, not drpc's
+// 4 MiB.
 func (c Config) WithBufferSize(size int) Config {
 	c.BuffSize = size
 	return c

@@ -2,6 +2,8 @@ package remote
 
 import (
 	"bytes"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -229,5 +231,116 @@ func TestLimitsDefaults(t *testing.T) {
 	}
 	if got := (Limits{IdleTimeout: time.Minute}).withDefaults().ReadIdleTimeout; got != 2*time.Minute {
 		t.Errorf("ReadIdleTimeout %v, want 2×IdleTimeout", got)
+	}
+}
+
+// stalledPeer accepts connections and never reads from them.
+func stalledPeer(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestStalledPeerCostsOnlyItsWriter: a peer that stops reading blocks only
+// its own writer, which gives up after IdleTimeout (its write deadline);
+// another peer is served meanwhile, and Stop does not wait on the stall.
+func TestStalledPeerCostsOnlyItsWriter(t *testing.T) {
+	lim := Limits{IdleTimeout: 500 * time.Millisecond}
+	d := newNode(t, NewConfig())
+	caller := newNode(t, NewConfig().WithLimits(lim))
+	events := subscribe(t, caller.e)
+	stalled := stalledPeer(t)
+	big := wrapperspb.Bytes(make([]byte, 8<<20))
+	for range 4 { // more than the socket buffers hold
+		caller.e.Send(actor.NewPID(stalled, "x"), big)
+	}
+	for i := range 50 {
+		caller.e.Send(d.sink, wrapperspb.Int64(int64(i)))
+		d.recv(t)
+	}
+	waitEvent(t, events, func(ev any) bool {
+		u, ok := ev.(actor.RemoteUnreachableEvent)
+		return ok && u.ListenAddr == stalled
+	})
+	// Stall it again, then stop with the write pending.
+	caller.e.Send(actor.NewPID(stalled, "x"), big)
+	caller.e.Send(actor.NewPID(stalled, "x"), big)
+	start := time.Now()
+	caller.r.Stop().Wait()
+	if took := time.Since(start); took > lim.IdleTimeout/2 {
+		t.Errorf("Stop took %v with a stalled write", took)
+	}
+}
+
+// TestSendsRaceIdleClose: senders racing a writer that idles out every
+// millisecond lose nothing (a closing writer takes no more sends; they go
+// to its successor).
+func TestSendsRaceIdleClose(t *testing.T) {
+	const senders, each = 8, 200
+	d := newNode(t, NewConfig())
+	caller := newNode(t, NewConfig().WithLimits(Limits{IdleTimeout: time.Millisecond}))
+	events := subscribe(t, caller.e)
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Go(func() {
+			for i := range each {
+				caller.e.Send(d.sink, wrapperspb.Int64(int64(s*each+i)))
+				if i%20 == 0 {
+					time.Sleep(2 * time.Millisecond) // let the writer idle out
+				}
+			}
+		})
+	}
+	seen := map[int64]bool{}
+	for range senders * each {
+		seen[d.recv(t).msg.(*wrapperspb.Int64Value).GetValue()] = true
+	}
+	wg.Wait()
+	if len(seen) != senders*each {
+		t.Fatalf("%d distinct messages, want %d", len(seen), senders*each)
+	}
+	// The race was real: the writer did idle out meanwhile.
+	waitEvent(t, events, func(ev any) bool {
+		u, ok := ev.(actor.RemoteUnreachableEvent)
+		return ok && u.ListenAddr == d.addr
+	})
+}
+
+// TestSendAfterStopIsDropped: sends after Stop neither panic nor start
+// anything.
+func TestSendAfterStopIsDropped(t *testing.T) {
+	caller := newNode(t, NewConfig())
+	caller.r.Stop().Wait()
+	caller.e.Send(actor.NewPID(freeAddr(t), "x"), wrapperspb.String("late"))
+	if release := caller.r.Hold("127.0.0.1:1"); release != nil {
+		release()
+	}
+	caller.r.mu.Lock()
+	n := len(caller.r.writers)
+	caller.r.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d writers after Stop", n)
 	}
 }
