@@ -596,6 +596,32 @@ func TestHostileIdentities(t *testing.T) {
 		if r := m.(messages.ModelsResponse); r.Error != "" {
 			t.Fatalf("alice's models: %s", r.Error)
 		}
+		// Every other kind passes the gate for alice: each gets its own
+		// reply, not a refusal.
+		for _, c := range []struct {
+			msg   any
+			reply func(any) bool
+		}{
+			{messages.AccountRequest{User: "alice"}, func(m any) bool { _, ok := m.(messages.AccountResponse); return ok }},
+			{messages.InterruptRound{User: "alice", Thread: "idle"}, func(m any) bool {
+				r, ok := m.(messages.RoundControlled)
+				return ok && strings.Contains(r.Error, "no running round")
+			}},
+			{messages.SteerRound{User: "alice", Thread: "idle", Text: "x"}, func(m any) bool {
+				r, ok := m.(messages.RoundControlled)
+				return ok && strings.Contains(r.Error, "no running round")
+			}},
+			{messages.SetAPIKey{User: "alice", APIKey: "sk-alice-0123456789"}, func(m any) bool { _, ok := m.(messages.APIKeyStored); return ok }},
+			{messages.Logout{User: "alice"}, func(m any) bool { _, ok := m.(messages.LoggedOut); return ok }},
+		} {
+			alice.send(c.msg)
+			alice.awaitOther(fmt.Sprintf("the reply to alice's %T", c.msg), opsRoundWait, func(m any) bool {
+				if r, ok := m.(messages.Rejected); ok {
+					t.Fatalf("alice's %T refused: %s", c.msg, r.Reason)
+				}
+				return c.reply(m)
+			})
+		}
 	})
 
 	t.Run("spoofed sender: the other identity's listen address", func(t *testing.T) {
