@@ -61,7 +61,7 @@ type Limits struct {
 	MaxFrame          int           // largest envelope sent or accepted; default DefaultMaxFrame
 	DialTimeout       time.Duration // per dial attempt incl. TLS handshake, default 5s
 	HandshakeTimeout  time.Duration // accepted conns must finish TLS (and send a first frame) within, default 10s
-	IdleTimeout       time.Duration // a writer with nothing held and nothing sent for this long closes; default 10m
+	IdleTimeout       time.Duration // a writer with nothing held and nothing sent for this long closes; default 10m. It also bounds one write: a peer that stops reading costs its writer no longer
 	KeepaliveInterval time.Duration // while an address is held, an empty envelope at least this often; default 30s
 	ReadIdleTimeout   time.Duration // an accepted conn with no frame (keepalives count) for this long closes; default 2*IdleTimeout (keep it above the peers' IdleTimeout and KeepaliveInterval)
 	MaxConnsPerIP     int           // accepted conns per remote IP, default 64

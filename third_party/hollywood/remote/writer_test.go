@@ -294,21 +294,23 @@ func TestStalledPeerCostsOnlyItsWriter(t *testing.T) {
 	}
 }
 
-// TestSendsRaceIdleClose: senders racing a writer that idles out every
-// millisecond lose nothing (a closing writer takes no more sends; they go
-// to its successor).
+// TestSendsRaceIdleClose: senders racing a writer that idles out between
+// their bursts lose nothing (a closing writer takes no more sends; they go
+// to its successor). IdleTimeout also bounds each write, so it is not made
+// so short that a write under the race detector outlasts it.
 func TestSendsRaceIdleClose(t *testing.T) {
 	const senders, each = 8, 200
+	lim := Limits{IdleTimeout: 50 * time.Millisecond}
 	d := newNode(t, NewConfig())
-	caller := newNode(t, NewConfig().WithLimits(Limits{IdleTimeout: time.Millisecond}))
+	caller := newNode(t, NewConfig().WithLimits(lim))
 	events := subscribe(t, caller.e)
 	var wg sync.WaitGroup
 	for s := range senders {
 		wg.Go(func() {
 			for i := range each {
 				caller.e.Send(d.sink, wrapperspb.Int64(int64(s*each+i)))
-				if i%20 == 0 {
-					time.Sleep(2 * time.Millisecond) // let the writer idle out
+				if i%50 == 0 {
+					time.Sleep(lim.IdleTimeout * 6 / 5) // let the writer idle out
 				}
 			}
 		})
