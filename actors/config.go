@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/store"
 )
@@ -67,6 +68,15 @@ type Config struct {
 	OutboxBurst  int
 	OutboxWindow time.Duration
 	OutboxLimit  int
+	// MaxUsers caps the user actors alive on the node (default 10000): a
+	// message for a new user past it is refused. UserIdle reaps a user
+	// actor with no app-server, no round running or queued and no message
+	// for that long (default 10 minutes).
+	MaxUsers int
+	UserIdle time.Duration
+	// Hold, when set, keeps the remote stream to a caller's address alive
+	// while a round replies to it; the round calls release at its verdict.
+	Hold func(addr string) (release func())
 	// StopGrace is each polite step of stopping an app-server (default 2s).
 	StopGrace time.Duration
 	// Isolation separates the users' app-servers (their uids, their
@@ -78,8 +88,9 @@ type Config struct {
 	// Metrics receives the counters (unregistered ones when nil).
 	Metrics *Metrics
 
-	live   *liveSet // the node's live app-servers, for the MaxLive cap
-	rounds *gate    // rounds admitted and not yet given a verdict
+	live   *liveSet      // the node's live app-servers, for the MaxLive cap
+	rounds *gate         // rounds admitted and not yet given a verdict
+	sample *edge.Sampler // log lines about rejected input: 10 per reason per minute
 }
 
 func (c *Config) setDefaults() error {
@@ -153,6 +164,12 @@ func (c *Config) setDefaults() error {
 	if c.OutboxLimit <= 0 {
 		c.OutboxLimit = 4096
 	}
+	if c.MaxUsers <= 0 {
+		c.MaxUsers = 10000
+	}
+	if c.UserIdle <= 0 {
+		c.UserIdle = 10 * time.Minute
+	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 2 * time.Second
 	}
@@ -164,6 +181,7 @@ func (c *Config) setDefaults() error {
 	}
 	c.live = newLiveSet()
 	c.rounds = &gate{}
+	c.sample = edge.NewSampler(10, time.Minute)
 	gauge := c.Metrics.LiveAppServers
 	c.live.onCount = func(n int) { gauge.Set(float64(n)) }
 	return nil

@@ -13,7 +13,36 @@ import (
 type roundRequest struct {
 	messages.StartRound
 	replyTo *actor.PID
+	release func() // ends the hold on replyTo's address; nil when none
 }
+
+// settle is the end of an admitted round, called once with its verdict:
+// the round leaves the drain gate and its caller's address is let go.
+func (q roundRequest) settle(cfg *Config) {
+	cfg.rounds.leave()
+	if q.release != nil {
+		q.release()
+	}
+}
+
+// userIdle is a user actor's offer to be reaped: it has been idle for
+// UserIdle after receiving received messages from the root. The root
+// stops it only if it has sent it no more than that.
+type userIdle struct {
+	user     string
+	pid      *actor.PID
+	received uint64
+}
+
+// userGone tells the root that a user actor has stopped (and left the
+// registry), so its id can be spawned again.
+type userGone struct {
+	user string
+	pid  *actor.PID
+}
+
+// userTick is the user actor's idle check.
+type userTick struct{}
 
 // Requests between local actors carry a buffered reply channel, written
 // once: the asker can stop waiting when its context ends, which hollywood's

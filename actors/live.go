@@ -67,3 +67,11 @@ func (l *liveSet) victims(self *actor.PID, max int) []*actor.PID {
 	}
 	return out
 }
+
+// has reports whether pid's app-server is live.
+func (l *liveSet) has(pid *actor.PID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.m[pid.String()]
+	return ok
+}

@@ -74,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range []string{"success", "failure"} {
 		m.Logins.WithLabelValues(o)
 	}
-	for _, r := range []string{"unknown", "malformed", "invalid"} {
+	for _, r := range []string{"unknown", "malformed", "invalid", "user-cap"} { // the root's; the edge's are preset by serve
 		m.RemoteRejected.WithLabelValues(r)
 	}
 	if reg != nil {

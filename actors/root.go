@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -27,7 +28,29 @@ type rootActor struct {
 	cfg      *Config
 	log      *slog.Logger
 	draining bool
+	users    map[string]*userEntry // live user actors, by user id
 }
+
+// userEntry is one live user actor as the root sees it.
+type userEntry struct {
+	pid  *actor.PID
+	sent uint64 // messages the root sent it
+	// stopping: reaped, not yet gone; messages for the user wait in
+	// pending (bounded) and go to its next actor.
+	stopping bool
+	pending  []pendingMsg
+}
+
+type pendingMsg struct {
+	msg    any
+	sender *actor.PID
+}
+
+// maxPending bounds what waits for a reaped user actor to finish stopping.
+const maxPending = 64
+
+// errUserCap refuses a new user past MaxUsers.
+var errUserCap = errors.New("user cap")
 
 // NewRoot returns the producer of the root actor. Spawn it with
 // SpawnRoot, which sets the options the tree relies on.
@@ -36,7 +59,7 @@ func NewRoot(cfg Config) (actor.Producer, error) {
 		return nil, err
 	}
 	return func() actor.Receiver {
-		return &rootActor{cfg: &cfg, log: cfg.Logger.With("actor", "root")}
+		return &rootActor{cfg: &cfg, log: cfg.Logger.With("actor", "root"), users: make(map[string]*userEntry)}
 	}, nil
 }
 
@@ -61,6 +84,12 @@ func (r *rootActor) Receive(c *actor.Context) {
 		r.draining = true
 		r.log.Info("draining: no new rounds are admitted")
 		m.reply <- r.cfg.rounds.idle()
+		return
+	case userIdle:
+		r.reap(c, m)
+		return
+	case userGone:
+		r.gone(c, m)
 		return
 	}
 	msg, err := messages.Unwrap(c.Message())
@@ -107,9 +136,16 @@ func (r *rootActor) reject(c *actor.Context, err error) {
 		reason = "unknown"
 	case errors.Is(err, messages.ErrMalformed):
 		reason = "malformed"
+	case errors.Is(err, errUserCap):
+		reason = "user-cap"
 	}
 	r.cfg.Metrics.RemoteRejected.WithLabelValues(reason).Inc()
-	r.log.Warn("rejected a message", "type", fmt.Sprintf("%T", c.Message()), "sender", pidString(c.Sender()), "err", err)
+	if ok, skipped := r.cfg.sample.Take(reason, time.Now()); ok {
+		if skipped > 0 {
+			r.log.Warn("rejected messages not logged (counted in supervisor_remote_rejected_total)", "reason", reason, "count", skipped)
+		}
+		r.log.Warn("rejected a message", "type", fmt.Sprintf("%T", c.Message()), "sender", pidString(c.Sender()), "err", err)
+	}
 	if c.Sender() != nil {
 		deliver(c.Engine(), c.Sender(), messages.NewRejected(c.Message(), err), r.log)
 	}
@@ -144,7 +180,9 @@ func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 		verr = store.ValidateKey(m.Thread)
 	}
 	if verr != nil {
-		r.log.Warn("rejected a round", "err", verr)
+		if ok, _ := r.cfg.sample.Take("round", time.Now()); ok {
+			r.log.Warn("rejected a round", "err", verr)
+		}
 		r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusRejected)).Inc()
 		deliver(c.Engine(), replyTo, messages.RoundFinished{
 			RoundID: m.RoundID, Thread: clipKey(m.Thread), Status: messages.StatusRejected, Error: verr.Error(),
@@ -159,16 +197,26 @@ func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 		r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusUnavailable)).Inc()
 		return
 	}
-	user, err := r.user(c, m.User)
-	if err != nil {
+	if err := r.ensureUser(c, m.User); err != nil {
+		status := messages.StatusRejected
+		if errors.Is(err, errUserCap) {
+			status = messages.StatusUnavailable
+			r.cfg.Metrics.RemoteRejected.WithLabelValues("user-cap").Inc()
+		}
 		deliver(c.Engine(), replyTo, messages.RoundFinished{
-			RoundID: m.RoundID, Thread: m.Thread, Status: messages.StatusRejected, Error: err.Error(),
+			RoundID: m.RoundID, Thread: m.Thread, Status: status, Error: err.Error(),
 		}, r.log)
-		r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusRejected)).Inc()
+		r.cfg.Metrics.Rounds.WithLabelValues(string(status)).Inc()
 		return
 	}
 	r.cfg.rounds.enter() // left when the round's verdict is sent
-	c.Send(user, roundRequest{StartRound: m, replyTo: replyTo})
+	req := roundRequest{StartRound: m, replyTo: replyTo}
+	if r.cfg.Hold != nil && replyTo.Address != c.Engine().Address() {
+		// The caller's address stays reachable (keepalives, no idle close)
+		// until the verdict, however long the round runs.
+		req.release = r.cfg.Hold(replyTo.Address)
+	}
+	r.sendUser(c, m.User, req, c.PID())
 }
 
 // toUser hands an account message to its user's actor, spawning it: a
@@ -181,12 +229,11 @@ func (r *rootActor) toUser(c *actor.Context, userID string, msg any, verr error)
 		r.reject(c, verr)
 		return
 	}
-	pid, err := r.user(c, userID)
-	if err != nil {
+	if err := r.ensureUser(c, userID); err != nil {
 		r.reject(c, err)
 		return
 	}
-	c.Engine().SendWithSender(pid, msg, c.Sender())
+	r.sendUser(c, userID, msg, c.Sender())
 }
 
 func (r *rootActor) forward(c *actor.Context, userID string, msg any) {
@@ -194,25 +241,99 @@ func (r *rootActor) forward(c *actor.Context, userID string, msg any) {
 		r.reject(c, err)
 		return
 	}
-	pid := c.Child(c.PID().ID + "/user/" + userID)
-	if pid == nil {
+	if r.users[userID] == nil {
 		deliver(c.Engine(), c.Sender(), messages.RoundControlled{Error: "no running round for that user"}, r.log)
 		return
 	}
-	c.Engine().SendWithSender(pid, msg, c.Sender())
+	r.sendUser(c, userID, msg, c.Sender())
 }
 
-// user returns the user's actor, spawning it on the user's first message.
-func (r *rootActor) user(c *actor.Context, id string) (*actor.PID, error) {
-	if pid := c.Child(c.PID().ID + "/user/" + id); pid != nil {
-		return pid, nil
+// ensureUser makes sure the user has an actor (or one on its way),
+// spawning it on the user's first message unless the node is at MaxUsers.
+func (r *rootActor) ensureUser(c *actor.Context, id string) error {
+	if r.users[id] != nil {
+		return nil
+	}
+	if len(r.users) >= r.cfg.MaxUsers {
+		return fmt.Errorf("%w: the node is at its cap of %d live users; try again later", errUserCap, r.cfg.MaxUsers)
 	}
 	home, err := homeFor(r.cfg, id)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	r.spawnUser(c, id, home)
+	return nil
+}
+
+func (r *rootActor) spawnUser(c *actor.Context, id, home string) {
 	r.cfg.Metrics.Users.Inc()
-	return c.SpawnChild(newUserActor(r.cfg, id, home), "user", spawnOpts(id, r.log, nil)...), nil
+	pid := c.SpawnChild(newUserActor(r.cfg, id, home), "user", spawnOpts(id, r.log, nil)...)
+	r.users[id] = &userEntry{pid: pid}
+}
+
+// sendUser hands msg (from sender) to the user's actor, or keeps it for
+// the next one while a reaped actor stops.
+func (r *rootActor) sendUser(c *actor.Context, id string, msg any, sender *actor.PID) {
+	u := r.users[id]
+	if u.stopping {
+		if len(u.pending) >= maxPending {
+			if req, ok := msg.(roundRequest); ok {
+				deliver(c.Engine(), req.replyTo, messages.RoundFinished{RoundID: req.RoundID, Thread: req.Thread,
+					Status: messages.StatusBusy, Error: "too many messages for this user at once"}, r.log)
+				r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusBusy)).Inc()
+				req.settle(r.cfg)
+			}
+			return
+		}
+		u.pending = append(u.pending, pendingMsg{msg: msg, sender: sender})
+		return
+	}
+	u.sent++
+	c.Engine().SendWithSender(u.pid, msg, sender)
+}
+
+// reap stops an idle user actor, unless a message is on its way to it.
+func (r *rootActor) reap(c *actor.Context, m userIdle) {
+	u := r.users[m.user]
+	if u == nil || u.stopping || !u.pid.Equals(m.pid) || u.sent != m.received {
+		return
+	}
+	u.stopping = true
+	r.log.Debug("reaping an idle user actor", "user", userTag(m.user))
+	c.Engine().Poison(u.pid)
+}
+
+// gone forgets a stopped user actor, and starts the next one if messages
+// wait for it.
+func (r *rootActor) gone(c *actor.Context, m userGone) {
+	u := r.users[m.user]
+	if u == nil || !u.pid.Equals(m.pid) {
+		return
+	}
+	delete(r.users, m.user)
+	if len(u.pending) == 0 {
+		return
+	}
+	if r.draining {
+		// Stopping: no new actor. Admitted rounds still get a verdict.
+		for _, p := range u.pending {
+			if req, ok := p.msg.(roundRequest); ok {
+				deliver(c.Engine(), req.replyTo, messages.RoundFinished{RoundID: req.RoundID, Thread: req.Thread,
+					Status: messages.StatusUnavailable, Error: "the daemon is shutting down"}, r.log)
+				r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusUnavailable)).Inc()
+				req.settle(r.cfg)
+			}
+		}
+		return
+	}
+	home, err := homeFor(r.cfg, m.user)
+	if err != nil {
+		return // cannot happen: the id was valid when the first actor started
+	}
+	r.spawnUser(c, m.user, home)
+	for _, p := range u.pending {
+		r.sendUser(c, m.user, p.msg, p.sender)
+	}
 }
 
 func newRoundID() string {

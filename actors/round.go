@@ -312,7 +312,7 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		return
 	}
 	r.done = true
-	defer r.cfg.rounds.leave()
+	defer r.req.settle(r.cfg)
 	// Winding down happens whatever fails below: the thread must be freed
 	// for its next round and the subscription dropped.
 	defer func() {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -26,6 +27,13 @@ type userActor struct {
 	login    *actor.PID
 	threads  map[string]*threadState
 	seq      uint64
+
+	// Idle reaping: what the root sent (counted), when last, and whether
+	// the root was already told the actor is idle since.
+	timer      *time.Timer // the next idle check (a timer, not a goroutine)
+	received   uint64
+	lastActive time.Time
+	offered    bool
 }
 
 type threadState struct {
@@ -51,7 +59,11 @@ func (u *userActor) Receive(c *actor.Context) {
 		u.codex = c.SpawnChild(newCodexActor(u.cfg, u.user, u.home, creds), "codex", spawnOpts("main", u.log, nil)...)
 		u.login = c.SpawnChild(newLoginActor(u.cfg, u.user, u.codex, creds), "login", spawnOpts("main", u.log, nil)...)
 		u.registry = c.SpawnChild(newRegistryActor(u.cfg, u.user, u.home), "registry", spawnOpts("main", u.log, nil)...)
+		u.lastActive = time.Now()
+		e, self := c.Engine(), c.PID()
+		u.timer = time.AfterFunc(u.cfg.UserIdle, func() { e.Send(self, userTick{}) })
 	case actor.Stopped:
+		u.timer.Stop()
 		// hollywood has stopped the children (each running round sent its
 		// verdict); the queued rounds get theirs here.
 		for _, ts := range u.threads {
@@ -61,23 +73,56 @@ func (u *userActor) Receive(c *actor.Context) {
 					Error: "the daemon is stopping",
 				}, u.log)
 				u.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusInterrupted)).Inc()
-				u.cfg.rounds.leave()
+				req.settle(u.cfg)
 			}
 			ts.queue = nil
 		}
 		u.cfg.Metrics.Users.Dec()
+		c.Engine().Send(c.Parent(), userGone{user: u.user, pid: c.PID()})
+	case userTick:
+		u.checkIdle(c)
 	case roundRequest:
+		u.active()
 		u.admit(c, m)
 	case roundDone:
 		u.roundDone(c, m)
 	case messages.InterruptRound:
+		u.active()
 		u.control(c, m.Thread, m.RoundID)
 	case messages.SteerRound:
+		u.active()
 		u.control(c, m.Thread, m.RoundID)
 	case messages.StartLogin, messages.CancelLogin, messages.SetAPIKey, messages.Logout,
 		messages.AccountRequest, messages.ModelsRequest:
+		u.active()
 		c.Engine().SendWithSender(u.login, m, c.Sender())
 	}
+}
+
+// active counts a message from the root: the actor is in use.
+func (u *userActor) active() {
+	u.received++
+	u.lastActive = time.Now()
+	u.offered = false
+}
+
+// checkIdle offers the root to reap this actor once it has had no round
+// running or queued, no live app-server (a login in progress pins one) and
+// no message for UserIdle. The root owns the user map, so the decision to
+// stop is its own: it declines if it sent a message the actor has not
+// seen yet.
+func (u *userActor) checkIdle(c *actor.Context) {
+	if left := u.cfg.UserIdle - time.Since(u.lastActive); left > 0 {
+		u.timer.Reset(left)
+		return
+	}
+	if u.offered || len(u.threads) > 0 || u.cfg.live.has(u.codex) {
+		u.timer.Reset(tickInterval(u.cfg.UserIdle))
+		return
+	}
+	u.offered = true
+	u.timer.Reset(tickInterval(u.cfg.UserIdle)) // the root may decline
+	c.Engine().Send(c.Parent(), userIdle{user: u.user, pid: c.PID(), received: u.received})
 }
 
 func (u *userActor) admit(c *actor.Context, req roundRequest) {
@@ -96,7 +141,7 @@ func (u *userActor) admit(c *actor.Context, req roundRequest) {
 			Error: fmt.Sprintf("%d rounds already wait on this mesh thread", len(ts.queue)),
 		}, u.log)
 		u.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusBusy)).Inc()
-		u.cfg.rounds.leave()
+		req.settle(u.cfg)
 		return
 	}
 	ts.queue = append(ts.queue, req)

@@ -36,13 +36,19 @@ func newRemoteClient(daemonAddr, listen string) (*remoteClient, error) {
 
 // newRemoteClientTLS is newRemoteClient over mutual TLS when tlsConf is set.
 func newRemoteClientTLS(daemonAddr, listen string, tlsConf *tls.Config) (*remoteClient, error) {
+	return newRemoteClientWith(daemonAddr, listen, tlsConf)
+}
+
+// newRemoteClientWith is newRemoteClientTLS with adjustments of the
+// remote's config (limits, in tests).
+func newRemoteClientWith(daemonAddr, listen string, tlsConf *tls.Config, with ...func(remote.Config) remote.Config) (*remoteClient, error) {
 	if listen == "" {
 		var err error
 		if listen, err = freeLoopbackAddr(); err != nil {
 			return nil, err
 		}
 	}
-	e, rem, err := newRemoteEngine(listen, tlsConf)
+	e, rem, err := newRemoteEngine(listen, tlsConf, with...)
 	if err != nil {
 		return nil, err
 	}
@@ -197,6 +203,9 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := c.send(req); err != nil {
 		return err
 	}
+	// A round may run longer than the remote's idle limit: keep the link
+	// to the daemon up (keepalives) until the verdict.
+	defer c.rem.Hold(o.addr)()
 	v, err := c.awaitVerdict(ctx, o, p)
 	if err != nil {
 		return exitError{code: exitNoVerdict, err: err}

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/edge"
+	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
@@ -22,27 +25,88 @@ type daemon struct {
 	log    *slog.Logger
 }
 
-// startDaemon listens on listen and spawns the actor tree. tlsConf nil
-// means plaintext.
+// edgeOptions are the settings of the daemon's remote edge.
+type edgeOptions struct {
+	// policy authorizes peer identities; nil lets every peer do
+	// everything (plaintext, or --authz-allow-any).
+	policy *edge.Policy
+	// peerRate and peerBurst limit each peer's messages (zero: the gate's
+	// defaults).
+	peerRate  float64
+	peerBurst int
+	// replyRate and replyBurst limit the refusals answered to each peer
+	// (zero: the gate's defaults).
+	replyRate  float64
+	replyBurst int
+	// limits are the transport's (zero fields: its defaults).
+	limits remote.Limits
+}
+
+// startDaemon listens on listen and spawns the actor tree, behind the edge
+// gate with its defaults. tlsConf nil means plaintext.
 func startDaemon(listen string, tlsConf *tls.Config, cfg actors.Config) (*daemon, error) {
-	e, rem, err := newRemoteEngine(listen, tlsConf)
-	if err != nil {
-		return nil, err
+	d, _, err := startDaemonEdge(listen, tlsConf, cfg, edgeOptions{})
+	return d, err
+}
+
+// startDaemonEdge is startDaemon with the edge's settings; it also returns
+// the gate.
+func startDaemonEdge(listen string, tlsConf *tls.Config, cfg actors.Config, eo edgeOptions) (*daemon, *edge.Gate, error) {
+	if cfg.Metrics == nil {
+		cfg.Metrics = actors.NewMetrics(nil)
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	// The gate answers refusals through the engine, which exists only once
+	// the remote is up: until then (no message can have passed the
+	// listener yet) there is nobody to answer.
+	var engine atomic.Pointer[actor.Engine]
+	log := cfg.Logger
+	gate := edge.New(edge.Config{
+		Self: listen, Root: rootPID(listen), Policy: eo.policy,
+		PeerRate: eo.peerRate, PeerBurst: eo.peerBurst, ReplyRate: eo.replyRate, ReplyBurst: eo.replyBurst,
+		Rejected: cfg.Metrics.RemoteRejected, Logger: log,
+		Rounds: cfg.Metrics.Rounds,
+		Reply: func(to *actor.PID, msg any) {
+			e := engine.Load()
+			if e == nil {
+				return
+			}
+			env, err := messages.Encode(msg)
+			if err != nil {
+				log.Error("cannot encode a refusal; dropped", "type", fmt.Sprintf("%T", msg), "err", err)
+				return
+			}
+			e.Send(to, env)
+		},
+	})
+	e, rem, err := newRemoteEngine(listen, tlsConf, func(rc remote.Config) remote.Config {
+		return rc.WithGate(gate.Remote()).WithOnRefuse(gate.OnRefuse).WithLimits(eo.limits)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	engine.Store(e)
+	cfg.Hold = rem.Hold
 	root, err := actors.SpawnRoot(e, cfg)
 	if err != nil {
 		rem.Stop().Wait()
-		return nil, err
+		return nil, nil, err
 	}
-	return &daemon{engine: e, rem: rem, root: root, log: cfg.Logger}, nil
+	return &daemon{engine: e, rem: rem, root: root, log: cfg.Logger}, gate, nil
 }
 
 // newRemoteEngine is an engine behind a remote listening on listen (mutual
-// TLS when tlsConf is set), for the daemon and its callers alike.
-func newRemoteEngine(listen string, tlsConf *tls.Config) (*actor.Engine, *remote.Remote, error) {
+// TLS when tlsConf is set), for the daemon and its callers alike; each of
+// with adjusts the remote's config.
+func newRemoteEngine(listen string, tlsConf *tls.Config, with ...func(remote.Config) remote.Config) (*actor.Engine, *remote.Remote, error) {
 	rc := remote.NewConfig()
 	if tlsConf != nil {
 		rc = rc.WithTLS(tlsConf)
+	}
+	for _, w := range with {
+		rc = w(rc)
 	}
 	rem := remote.New(listen, rc)
 	e, err := actor.NewEngine(actor.NewEngineConfig().WithRemote(rem))

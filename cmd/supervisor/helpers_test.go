@@ -21,6 +21,7 @@ import (
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
+	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
 
 // roundTimeout bounds the wait for one round's verdict. Real CLI turns take
@@ -29,6 +30,11 @@ const roundTimeout = 60 * time.Second
 
 // waitTimeout bounds every other wait.
 const waitTimeout = 30 * time.Second
+
+// testEdge are the edge settings of the in-process daemons: these tests
+// send faster than a peer may by default (20/s) and draw more refusals than
+// are answered by default (5/s); TestHostileFrames covers the defaults.
+var testEdge = edgeOptions{peerRate: 100000, peerBurst: 100000, replyRate: 100000, replyBurst: 100000}
 
 // codexBin is the real codex CLI. The end-to-end tests need it: without it
 // they fail (scripts/install-codex installs it), they never skip.
@@ -63,13 +69,15 @@ type env struct {
 	cfg       actors.Config
 	logs      *syncBuffer // the daemon's log at debug level, the app-servers' stderr included
 
-	d      *daemon
-	addr   string
-	c      *remoteClient
-	rounds map[string][]any // replies of rounds not collected yet, by round id
-	done   map[string]bool  // rounds whose verdict was collected
-	other  []any            // replies that belong to no round
-	nextID int
+	edge       edgeOptions                       // the daemon's edge settings
+	clientWith func(remote.Config) remote.Config // adjusts the caller's remote; nil: none
+	d          *daemon
+	addr       string
+	c          *remoteClient
+	rounds     map[string][]any // replies of rounds not collected yet, by round id
+	done       map[string]bool  // rounds whose verdict was collected
+	other      []any            // replies that belong to no round
+	nextID     int
 }
 
 // newEnv starts a mock model and a daemon (cfg adjusted by mutate) with a
@@ -79,6 +87,13 @@ type env struct {
 // of the test is left.
 func newEnv(t *testing.T, mutate func(*actors.Config)) *env {
 	t.Helper()
+	return newEnvEdge(t, mutate, testEdge, nil)
+}
+
+// newEnvEdge is newEnv with the daemon's edge settings and an adjustment
+// of the caller's remote (nil: none).
+func newEnvEdge(t *testing.T, mutate func(*actors.Config), eo edgeOptions, clientWith func(remote.Config) remote.Config) *env {
+	t.Helper()
 	bin := codexBin(t)
 	root := t.TempDir()
 	e := &env{
@@ -86,8 +101,9 @@ func newEnv(t *testing.T, mutate func(*actors.Config)) *env {
 		homes:     filepath.Join(root, "homes"),
 		workspace: filepath.Join(root, "workspace"),
 		logs:      &syncBuffer{},
-		rounds:    map[string][]any{},
-		done:      map[string]bool{},
+		edge:      eo, clientWith: clientWith,
+		rounds: map[string][]any{},
+		done:   map[string]bool{},
 	}
 	if err := os.MkdirAll(e.workspace, 0o700); err != nil {
 		t.Fatal(err)
@@ -140,12 +156,16 @@ func (e *env) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	d, err := startDaemon(addr, nil, e.cfg)
+	d, _, err := startDaemonEdge(addr, nil, e.cfg, e.edge)
 	if err != nil {
 		e.t.Fatalf("startDaemon: %v", err)
 	}
 	e.d, e.addr = d, addr
-	c, err := newRemoteClient(addr, "")
+	var with []func(remote.Config) remote.Config
+	if e.clientWith != nil {
+		with = append(with, e.clientWith)
+	}
+	c, err := newRemoteClientWith(addr, "", nil, with...)
 	if err != nil {
 		e.t.Fatalf("newRemoteClient: %v", err)
 	}

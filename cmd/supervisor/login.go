@@ -93,6 +93,9 @@ func loginCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err := c.send(messages.StartLogin{User: af.user}); err != nil {
 		return err
 	}
+	// A device-code login waits minutes for the user: keep the link to
+	// the daemon up (keepalives) until the outcome.
+	defer c.rem.Hold(c.target.Address)()
 	deadline := time.NewTimer(af.timeout)
 	defer deadline.Stop()
 	cancelled := false

@@ -18,7 +18,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/edge"
+	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
 
 // operatorOptions are serve's settings about running it rather than about
@@ -267,4 +270,19 @@ func notify(states ...string) {
 	defer conn.Close()
 	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = conn.Write([]byte(strings.Join(states, "\n") + "\n"))
+}
+
+// presetRejectReasons creates every label set of
+// supervisor_remote_rejected_total at zero, from the reasons the edge's
+// gate and the transport name, so that alerts see a series before the
+// first refusal. (The root's own reasons are preset by actors.NewMetrics.)
+func presetRejectReasons(m *actors.Metrics) {
+	for _, r := range []string{
+		edge.ReasonTarget, edge.ReasonInternal, edge.ReasonNoSender, edge.ReasonUnknown, edge.ReasonMalformed,
+		edge.ReasonInvalid, edge.ReasonUnauthorized, edge.ReasonRate,
+		remote.RefuseFrame, remote.RefuseType, remote.RefuseSender, remote.RefuseTooLarge, remote.RefuseConnCap,
+		remote.RefuseHandshake, remote.RefusePanic,
+	} {
+		m.RemoteRejected.WithLabelValues(r)
+	}
 }

@@ -105,7 +105,7 @@ func opsNewRig(t *testing.T, tlsConf *tls.Config, mutate func(*actors.Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := startDaemon(addr, tlsConf, r.cfg)
+	d, _, err := startDaemonEdge(addr, tlsConf, r.cfg, testEdge)
 	if err != nil {
 		t.Fatalf("startDaemon: %v", err)
 	}

@@ -15,11 +15,14 @@ import (
 	"time"
 
 	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
 
 // serveOptions are the daemon's settings.
@@ -46,6 +49,17 @@ type serveOptions struct {
 	tls            tlsOptions
 	op             operatorOptions
 	isolation      isolationOptions
+
+	authz            string
+	authzAllowAny    bool
+	policy           *edge.Policy // loaded by validate
+	peerRate         float64
+	peerBurst        int
+	maxUsers         int
+	userIdle         time.Duration
+	handshakeTimeout time.Duration
+	dialTimeout      time.Duration
+	maxConnsPerIP    int
 }
 
 func serveFlags(fs *flag.FlagSet) *serveOptions {
@@ -72,6 +86,15 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	o.tls.register(fs)
 	o.op.register(fs)
 	o.isolation.register(fs)
+	fs.StringVar(&o.authz, "authz", "", "authorization `FILE` (JSON) mapping peer certificate identities to the users and message kinds they may send (docs/SECURITY.md); required with mutual TLS")
+	fs.BoolVar(&o.authzAllowAny, "authz-allow-any", false, "with mutual TLS and no --authz: let every certificate of the CA act for every user (warned at every start)")
+	fs.Float64Var(&o.peerRate, "peer-rate", 20, "messages per second each peer may send (a peer is its identity under TLS, its IP in plaintext)")
+	fs.IntVar(&o.peerBurst, "peer-burst", 40, "messages a peer may send at once above --peer-rate")
+	fs.IntVar(&o.maxUsers, "max-users", 10000, "most user actors alive on this node; a message for one more is refused")
+	fs.DurationVar(&o.userIdle, "user-idle", 10*time.Minute, "forget a user's actors after this long with no app-server, no round and no message")
+	fs.DurationVar(&o.handshakeTimeout, "handshake-timeout", 10*time.Second, "an accepted connection must finish TLS and send its first frame within this long")
+	fs.DurationVar(&o.dialTimeout, "dial-timeout", 5*time.Second, "each attempt to dial a caller back, TLS handshake included")
+	fs.IntVar(&o.maxConnsPerIP, "max-conns-per-ip", 64, "accepted connections per remote IP; more are closed at once")
 	return o
 }
 
@@ -113,6 +136,24 @@ func (o *serveOptions) validate() error {
 	if err := o.isolation.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	switch {
+	case o.authz != "" && o.authzAllowAny:
+		errs = append(errs, errors.New("--authz and --authz-allow-any exclude each other"))
+	case o.authz != "" && !o.tls.enabled():
+		errs = append(errs, errors.New("--authz needs mutual TLS (--tls-cert, --tls-key, --tls-ca): in plaintext peers have no identity"))
+	case o.tls.enabled() && o.authz == "" && !o.authzAllowAny:
+		errs = append(errs, errors.New("mutual TLS needs --authz FILE (who may act for which users); --authz-allow-any lets every certificate of the CA act for every user"))
+	case o.authz != "":
+		p, err := edge.LoadPolicy(o.authz)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--authz: %w", err))
+		}
+		o.policy = p
+	}
+	if o.peerRate <= 0 || o.peerBurst <= 0 || o.maxUsers <= 0 || o.userIdle <= 0 ||
+		o.handshakeTimeout <= 0 || o.dialTimeout <= 0 || o.maxConnsPerIP <= 0 {
+		errs = append(errs, errors.New("--peer-rate, --peer-burst, --max-users, --user-idle, --handshake-timeout, --dial-timeout and --max-conns-per-ip must be positive"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -147,6 +188,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		overrides = codexhome.Overrides(model.URL())
 		log.Warn("serving on the embedded DEMO model: no real model answers", "model", model.URL())
 	}
+	// One daemon per homes: a second one would take the first one's
+	// app-servers for orphans. The lock comes before the reaping.
+	lock, err := lockHomes(o.homes)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
 	// A daemon killed outright leaves its app-servers behind: end them
 	// before any new one starts in the same homes.
 	if n := actors.ReapOrphans(o.homes, 2*time.Second, log); n > 0 {
@@ -159,25 +207,34 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	iso, err := o.isolation.node(o.homes, o.workspace, []string{o.tls.cert, o.tls.key, o.tls.ca}, log)
+	iso, err := o.isolation.node(o.homes, o.workspace, []string{o.tls.cert, o.tls.key, o.tls.ca, o.authz}, log)
 	if err != nil {
 		return err
 	}
 	reg := newRegistry()
 	reg.MustRegister(bi.gauge())
-	d, err := startDaemon(o.listen, tlsConf, actors.Config{
+	metrics := actors.NewMetrics(reg)
+	presetRejectReasons(metrics)
+	d, gate, err := startDaemonEdge(o.listen, tlsConf, actors.Config{
 		Homes: o.homes, Workspace: o.workspace, CodexBin: bin,
 		Overrides: append(overrides, o.overrides...), CodexEnv: o.codexEnv,
 		Sandbox: o.sandbox, ApprovalPolicy: o.approval,
 		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit,
 		IdleTimeout: o.idleTimeout, MaxLive: o.maxLive, StallTimeout: o.stallTimeout,
-		LoginGrant: o.loginGrant, Logger: log, Metrics: actors.NewMetrics(reg),
-		Isolation: iso,
+		LoginGrant: o.loginGrant, MaxUsers: o.maxUsers, UserIdle: o.userIdle,
+		Isolation: iso, Logger: log, Metrics: metrics,
+	}, edgeOptions{
+		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
+		limits: remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
 	})
 	if err != nil {
 		return err
 	}
-	log.Info("supervisor serving", "listen", o.listen, "tls", tlsConf != nil, "codex", bin, "homes", o.homes,
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "supervisor_remote_peers", Help: "Peers whose rate limiters the edge keeps (bounded; idle ones are dropped first).",
+	}, func() float64 { return float64(gate.Peers()) }))
+	o.warnInsecure(log) // before "supervisor serving", which tests wait on
+	log.Info("supervisor serving", "listen", o.listen, "tls", tlsConf != nil, "authz", o.authz, "codex", bin, "homes", o.homes,
 		"version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion, "codex_pinned", bi.Codex)
 
 	var g run.Group
@@ -292,6 +349,19 @@ func loadServeOptions(args []string, lookup func(string) (string, bool), stderr 
 		return nil, errUsage
 	}
 	return o, nil
+}
+
+// warnInsecure logs, at every start, each setting that lets callers act
+// for users without proof of who they are.
+func (o *serveOptions) warnInsecure(log *slog.Logger) {
+	switch {
+	case o.tls.enabled() && o.authzAllowAny:
+		log.Warn("--authz-allow-any: every certificate of the CA may act for every user")
+	case !o.tls.enabled() && !isLoopback(o.listen):
+		log.Warn("plaintext remote on a non-loopback address (--allow-plaintext): callers are unauthenticated and anyone who reaches the port may act for every user", "listen", o.listen)
+	case !o.tls.enabled():
+		log.Warn("plaintext remote on loopback: callers are unauthenticated; every local process may act for every user (development only)", "listen", o.listen)
+	}
 }
 
 // flagsFromEnv sets every flag not given on the command line from

@@ -65,6 +65,7 @@ type Limits struct {
 	KeepaliveInterval time.Duration // while an address is held, an empty envelope at least this often; default 30s
 	ReadIdleTimeout   time.Duration // an accepted conn with no frame (keepalives count) for this long closes; default 2*IdleTimeout (keep it above the peers' IdleTimeout and KeepaliveInterval)
 	MaxConnsPerIP     int           // accepted conns per remote IP, default 64
+	StopFlush         time.Duration // Stop lets the writers send what is queued for at most this long before it cuts them; default DialTimeout
 }
 
 // withDefaults fills the zero fields.
@@ -86,6 +87,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.ReadIdleTimeout <= 0 {
 		l.ReadIdleTimeout = 2 * l.IdleTimeout
+	}
+	if l.StopFlush <= 0 {
+		l.StopFlush = l.DialTimeout
 	}
 	if l.MaxConnsPerIP <= 0 {
 		l.MaxConnsPerIP = 64

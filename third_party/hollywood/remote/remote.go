@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 	"storj.io/drpc/drpcmanager"
@@ -66,6 +67,7 @@ type Remote struct {
 
 	mu       sync.Mutex
 	stopping bool
+	draining chan struct{} // closed by Stop: writers send their queue and end
 	writers  map[string]*streamWriter
 	holds    map[string]int
 	ln       *listener
@@ -94,6 +96,7 @@ func New(addr string, config Config) *Remote {
 	}
 	r.limits = r.limits.withDefaults()
 	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.draining = make(chan struct{})
 	r.state.Store(stateInitialized)
 	return r
 }
@@ -153,10 +156,33 @@ func (r *Remote) Stop() *sync.WaitGroup {
 		return &sync.WaitGroup{} // return empty waitgroup so the caller can still wait without panicking.
 	}
 	r.state.Store(stateStopped)
+	// meshweaver patch: what was queued before Stop (a daemon's last
+	// verdicts) still goes out. New sends are dropped from here on; each
+	// writer sends its queue and ends, and only then, or after
+	// Limits.StopFlush, are the server and what is left cut.
 	r.mu.Lock()
 	r.stopping = true
+	writers := make([]*streamWriter, 0, len(r.writers))
+	for _, w := range r.writers {
+		writers = append(writers, w)
+	}
 	r.mu.Unlock()
-	r.cancel()
+	close(r.draining)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		t := time.NewTimer(r.limits.StopFlush)
+		defer t.Stop()
+		for _, w := range writers {
+			select {
+			case <-w.done:
+			case <-t.C:
+				r.cancel()
+				return
+			}
+		}
+		r.cancel()
+	}()
 	return &r.wg
 }
 

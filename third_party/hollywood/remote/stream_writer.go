@@ -52,6 +52,7 @@ type streamWriter struct {
 	r    *Remote
 	addr string
 	wake chan struct{} // capacity 1: something was queued, or a hold changed
+	done chan struct{} // closed when run has returned
 
 	// ready is closed when the dial has finished; then ident and dialErr are
 	// set for good.
@@ -69,6 +70,7 @@ func newStreamWriter(r *Remote, addr string) *streamWriter {
 		r:     r,
 		addr:  addr,
 		wake:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
 		ready: make(chan struct{}),
 	}
 }
@@ -127,6 +129,7 @@ func (w *streamWriter) take(closeIfEmpty bool) []*streamDeliver {
 // out, or the remote stops. It is the writer's only goroutine.
 func (w *streamWriter) run(ctx context.Context) {
 	defer w.r.wg.Done()
+	defer close(w.done)
 	reason := "stopped"
 	defer func() { w.shutdown(ctx, reason) }()
 
@@ -170,6 +173,14 @@ func (w *streamWriter) run(ctx context.Context) {
 			return
 		case <-w.wake:
 		case <-timer.C:
+		case <-w.r.draining:
+			// Stop: send what is queued, then end (Send queues no more).
+			if batch := w.take(true); len(batch) > 0 {
+				if err := w.write(rawconn, stream, batch); err != nil {
+					slog.Debug("remote write", "remote", w.addr, "err", err)
+				}
+			}
+			return
 		}
 		held := w.r.held(w.addr)
 		idle, keepalive := idleStep(held, last, time.Now(), lim)
@@ -224,7 +235,7 @@ func (w *streamWriter) shutdown(ctx context.Context, reason string) {
 	w.r.forget(w)
 	// Upstream's router logged this line; operators (and tests) know it.
 	slog.Debug("stream terminated", "remote", w.addr, "reason", reason, "dropped", dropped)
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && reason != "stopped" { // a stop is not the peer's loss
 		w.r.engine.BroadcastEvent(actor.RemoteUnreachableEvent{ListenAddr: w.addr})
 	}
 }

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -222,7 +223,8 @@ func TestIdleStep(t *testing.T) {
 func TestLimitsDefaults(t *testing.T) {
 	got := Limits{}.withDefaults()
 	want := Limits{MaxFrame: DefaultMaxFrame, DialTimeout: 5 * time.Second, HandshakeTimeout: 10 * time.Second,
-		IdleTimeout: 10 * time.Minute, KeepaliveInterval: 30 * time.Second, ReadIdleTimeout: 20 * time.Minute, MaxConnsPerIP: 64}
+		IdleTimeout: 10 * time.Minute, KeepaliveInterval: 30 * time.Second, ReadIdleTimeout: 20 * time.Minute, MaxConnsPerIP: 64,
+		StopFlush: 5 * time.Second}
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
@@ -265,9 +267,10 @@ func stalledPeer(t testing.TB) string {
 
 // TestStalledPeerCostsOnlyItsWriter: a peer that stops reading blocks only
 // its own writer, which gives up after IdleTimeout (its write deadline);
-// another peer is served meanwhile, and Stop does not wait on the stall.
+// another peer is served meanwhile, and Stop waits on the stall no longer
+// than StopFlush.
 func TestStalledPeerCostsOnlyItsWriter(t *testing.T) {
-	lim := Limits{IdleTimeout: 500 * time.Millisecond}
+	lim := Limits{IdleTimeout: 500 * time.Millisecond, StopFlush: 100 * time.Millisecond}
 	d := newNode(t, NewConfig())
 	caller := newNode(t, NewConfig().WithLimits(lim))
 	events := subscribe(t, caller.e)
@@ -289,8 +292,8 @@ func TestStalledPeerCostsOnlyItsWriter(t *testing.T) {
 	caller.e.Send(actor.NewPID(stalled, "x"), big)
 	start := time.Now()
 	caller.r.Stop().Wait()
-	if took := time.Since(start); took > lim.IdleTimeout/2 {
-		t.Errorf("Stop took %v with a stalled write", took)
+	if took := time.Since(start); took > lim.StopFlush+lim.IdleTimeout/2 {
+		t.Errorf("Stop took %v with a stalled write (StopFlush %v)", took, lim.StopFlush)
 	}
 }
 
@@ -344,5 +347,53 @@ func TestSendAfterStopIsDropped(t *testing.T) {
 	caller.r.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d writers after Stop", n)
+	}
+}
+
+// TestStopSendsWhatWasQueued: what was sent before Stop (a daemon's last
+// verdicts) reaches the peer, on a connected writer and on one still
+// dialling; nothing sent after Stop goes out.
+func TestStopSendsWhatWasQueued(t *testing.T) {
+	d := newNode(t, NewConfig())
+	other := newNode(t, NewConfig())
+	caller := newNode(t, NewConfig())
+	caller.e.Send(d.sink, wrapperspb.String("connect"))
+	d.recv(t)
+
+	const n = 200
+	for i := range n {
+		caller.e.Send(d.sink, wrapperspb.String(fmt.Sprint(i)))
+	}
+	caller.e.Send(other.sink, wrapperspb.String("dialling")) // a new writer
+	caller.r.Stop().Wait()
+	caller.e.Send(d.sink, wrapperspb.String("late"))
+
+	for i := range n {
+		got := d.recv(t).msg.(*wrapperspb.StringValue).GetValue()
+		if want := fmt.Sprint(i); got != want {
+			t.Fatalf("message %d: got %q, want %q", i, got, want)
+		}
+	}
+	if got := other.recv(t).msg.(*wrapperspb.StringValue).GetValue(); got != "dialling" {
+		t.Fatalf("the writer that was dialling sent %q", got)
+	}
+	select {
+	case r := <-d.got:
+		t.Fatalf("received %v after Stop", r.msg)
+	default:
+	}
+}
+
+// TestStopFlushIsBounded: a writer whose TLS handshake never gets an
+// answer holds Stop no longer than StopFlush, well below its dial budget.
+func TestStopFlushIsBounded(t *testing.T) {
+	p := newPKI(t)
+	lim := Limits{DialTimeout: 5 * time.Second, StopFlush: 300 * time.Millisecond}
+	caller := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/caller")).WithLimits(lim))
+	caller.e.Send(actor.NewPID(blackHole(t), "x"), wrapperspb.String("never sent"))
+	start := time.Now()
+	caller.r.Stop().Wait()
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("Stop took %v with StopFlush %v (dial budget %v)", took, lim.StopFlush, 2*lim.DialTimeout)
 	}
 }

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockName is the lock file in the homes folder: one daemon per homes.
+const lockName = ".supervisor.lock"
+
+// homesLock is the exclusive lock a daemon holds on its homes folder for
+// its whole life (the kernel drops it when the process ends, however).
+type homesLock struct{ f *os.File }
+
+// lockHomes takes the exclusive lock on homes (creating the folder and the
+// lock file if needed) and writes this process's pid into it. A second
+// daemon gets an error naming the holder's pid.
+func lockHomes(homes string) (*homesLock, error) {
+	if err := os.MkdirAll(homes, 0o700); err != nil {
+		return nil, fmt.Errorf("creating --homes: %w", err)
+	}
+	name := filepath.Join(homes, lockName)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the homes lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(name)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			holder := strings.TrimSpace(string(b))
+			if _, perr := strconv.Atoi(holder); perr != nil || holder == "" {
+				holder = "unknown"
+			}
+			return nil, fmt.Errorf("another supervisor (pid %s) is serving --homes %s (lock %s)", holder, homes, name)
+		}
+		return nil, fmt.Errorf("locking %s: %w", name, err)
+	}
+	err = f.Truncate(0)
+	if err == nil {
+		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("writing the pid into %s: %w", name, err)
+	}
+	return &homesLock{f: f}, nil
+}
+
+// release lets the lock go (the pid stays in the file; it is only read
+// while the lock is held).
+func (l *homesLock) release() { l.f.Close() }
