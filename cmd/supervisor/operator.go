@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -219,6 +220,9 @@ func reload(args []string, running *serveOptions, level *slog.LevelVar, certs *t
 		}
 		restart = append(restart, f.Name)
 	})
+	if running.authz != "" && o.authz == running.authz && !reflect.DeepEqual(running.policy, o.policy) {
+		restart = append(restart, "authz (the file's grants)") // the edge's gate holds the policy read at start
+	}
 	if len(restart) > 0 {
 		log.Warn("settings changed that a reload cannot apply; restart the daemon for them", "settings", strings.Join(restart, ","))
 	}

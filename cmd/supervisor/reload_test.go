@@ -42,11 +42,13 @@ func notifySocket(t *testing.T) (string, <-chan string) {
 }
 
 // waitState waits for the sd_notify state want, failing on any other
-// state that is not in skip.
-func waitState(t *testing.T, states <-chan string, want string) {
+// state first, and soon after srv ended (only STOPPING=1 may arrive
+// around its end).
+func waitState(t *testing.T, srv *opsServe, states <-chan string, want string) {
 	t.Helper()
 	timer := time.NewTimer(opsWait)
 	defer timer.Stop()
+	eof := srv.eof
 	for {
 		select {
 		case s := <-states:
@@ -54,6 +56,11 @@ func waitState(t *testing.T, states <-chan string, want string) {
 				return
 			}
 			t.Errorf("sd_notify: got %q while waiting for %q", s, want)
+		case <-eof:
+			// What it sent before its end may still be on its way to
+			// states: a short deadline for that, not the whole wait.
+			eof = nil
+			timer.Reset(2 * time.Second)
 		case <-timer.C:
 			t.Fatalf("sd_notify: no %q within %v", want, opsWait)
 		}
@@ -72,11 +79,12 @@ func servedSerial(t *testing.T, addr string, conf *tls.Config) string {
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
 }
 
-// TestSIGHUPReload runs the built binary with mutual TLS, a --config file
-// and $NOTIFY_SOCKET: it says READY=1; a SIGHUP after the node certificate
-// was renewed on disk makes new connections get the new certificate (both
-// ways: the daemon's answer needs its dial back to the caller), applies the
-// file's new log level, names a changed setting that needs a restart, and
+// TestSIGHUPReload runs the built binary with mutual TLS, an authorization
+// file, a --config file and $NOTIFY_SOCKET: it says READY=1; a SIGHUP after
+// the node certificate was renewed on disk makes new connections get the
+// new certificate (both ways: the daemon's answer needs its dial back to
+// the caller), applies the file's new log level, names a changed setting
+// and the changed grants, which need a restart, and
 // says RELOADING=1 then READY=1; the process keeps serving and SIGTERM
 // still stops it cleanly, with STOPPING=1.
 func TestSIGHUPReload(t *testing.T) {
@@ -100,12 +108,20 @@ func TestSIGHUPReload(t *testing.T) {
 		}
 	}
 	writeConf("log-level info\nqueue-limit 4\n")
+	authz := filepath.Join(dir, "authz.json")
+	writeAuthz := func(kinds string) {
+		grants := `{"version": 1, "grants": [{"identities": ["caller"], "users": ["*"], "kinds": [` + kinds + `]}]}`
+		if err := os.WriteFile(authz, []byte(grants), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeAuthz(`"rounds"`)
 	sock, states := notifySocket(t)
 	t.Setenv("NOTIFY_SOCKET", sock)
 	srv := opsStartServe(t, exe, "serve", "--listen", addr, "--homes", filepath.Join(dir, "homes"),
 		"--workspace", workspace, "--codex", opsCodexBin(t), "--tls-cert", cert, "--tls-key", key,
-		"--tls-ca", ca.pem, "--metrics-listen", "", "--log-format", "json", "--config", conf)
-	waitState(t, states, "READY=1")
+		"--tls-ca", ca.pem, "--authz", authz, "--metrics-listen", "", "--log-format", "json", "--config", conf)
+	waitState(t, srv, states, "READY=1")
 	start := srv.waitMsg("supervisor serving")
 	if start["version"] == nil || start["codex_pinned"] != "0.169.0" {
 		t.Errorf("the start-up line lacks the version: %v", start)
@@ -131,17 +147,18 @@ func TestSIGHUPReload(t *testing.T) {
 		t.Fatalf("renewed into %s, not %s", cert2, cert)
 	}
 	writeConf("log-level debug\nqueue-limit 9\n")
+	writeAuthz(`"rounds", "control"`)
 	if err := syscall.Kill(srv.cmd.Process.Pid, syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, states, "RELOADING=1")
-	waitState(t, states, "READY=1")
+	waitState(t, srv, states, "RELOADING=1")
+	waitState(t, srv, states, "READY=1")
 	rec := srv.waitMsg("reloaded")
 	if rec["tls"] != "reloaded" || rec["log_level"] != "DEBUG" {
 		t.Errorf("reload line %v, want tls reloaded and level DEBUG", rec)
 	}
 	restart, found := srv.find(func(rec map[string]any) bool { return rec["settings"] != nil })
-	if !found || restart["settings"] != "queue-limit" {
+	if !found || restart["settings"] != "queue-limit,authz (the file's grants)" {
 		t.Errorf("the setting a reload cannot apply was not named: %v", restart)
 	}
 	if after := servedSerial(t, addr, client); after == before {
@@ -165,7 +182,7 @@ func TestSIGHUPReload(t *testing.T) {
 	if err := syscall.Kill(srv.cmd.Process.Pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, states, "STOPPING=1")
+	waitState(t, srv, states, "STOPPING=1")
 	if !srv.wait(opsWait) || srv.err != nil {
 		t.Errorf("serve after SIGTERM: exited %v, err %v; want exit 0", srv.done, srv.err)
 	}
