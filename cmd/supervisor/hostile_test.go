@@ -34,6 +34,7 @@ import (
 	"storj.io/drpc/drpcwire"
 
 	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
@@ -74,6 +75,7 @@ func hostileStart(t *testing.T, extra ...string) *hostileRig {
 	for _, o := range opsOverrides(t, h.root, model.URL()) {
 		args = append(args, "--codex-override", o)
 	}
+	args = append(args, servable(t, h.root, workspace, filepath.Join(h.root, codexhome.CatalogFile))...)
 	t.Cleanup(func() { waitNoCodex(t, h.bin, h.root) }) // after serve's cleanup
 	h.srv = opsStartServe(t, exe, append(args, extra...)...)
 	m := h.srv.waitMsg("metrics serving")
