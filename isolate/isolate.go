@@ -157,6 +157,8 @@ func (n *Node) Prepare(home, codexBin string) (Launch, error) {
 				return Launch{}, err
 			}
 		}
+		// HOME as below: a login shell must not read the daemon's profile.
+		l.Env = append(l.Env, "HOME="+home)
 		return l, nil
 	case "uid", "uid+bwrap":
 		uid, err := n.uidFor(userDir, home)

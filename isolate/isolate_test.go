@@ -140,13 +140,17 @@ func TestSharedRefusesSecondUser(t *testing.T) {
 			if n.Mode() != "shared" || n.Warning() == "" {
 				t.Errorf("mode %q warning %q", n.Mode(), n.Warning())
 			}
-			if _, err := n.Prepare(home("alice"), ""); err != nil {
+			l, err := n.Prepare(home("alice"), "")
+			if err != nil {
 				t.Errorf("allow=%v run %d: first user: %v", allow, run, err)
+			}
+			if !slices.Contains(l.Env, "HOME="+home("alice")) {
+				t.Errorf("shared mode: env %q, want HOME=%s (not the daemon's)", l.Env, home("alice"))
 			}
 			if err := os.MkdirAll(home("alice"), 0o700); err != nil { // the start makes it
 				t.Fatal(err)
 			}
-			_, err := n.Prepare(home("bob"), "")
+			_, err = n.Prepare(home("bob"), "")
 			if allow != (err == nil) || (!allow && !errors.Is(err, ErrShared)) {
 				t.Errorf("allow=%v run %d: second user: %v", allow, run, err)
 			}

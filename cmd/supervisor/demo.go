@@ -63,9 +63,11 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer os.RemoveAll(root)
 	}
-	homes, workspace := root+"/homes", root+"/workspace"
-	if err := os.MkdirAll(workspace, 0o700); err != nil {
-		return err
+	homes, workspace, home := root+"/homes", root+"/workspace", root+"/home"
+	for _, d := range []string{workspace, home} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
 	}
 	if err := os.WriteFile(workspace+"/SKILLS.md", []byte("# Skills\n\nThe shared skills workspace every codex thread runs in.\n"), 0o600); err != nil {
 		return err
@@ -87,6 +89,9 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	d, err := startDaemon(listen, nil, actors.Config{
 		Homes: homes, Workspace: workspace, CodexBin: bin,
 		Overrides: codexhome.Overrides(model.URL()), Logger: log,
+		// An empty HOME: the CLI's login shells must not read the
+		// operator's own profile (and print its noise into tool output).
+		CodexEnv: []string{"HOME=" + home},
 		// The read-only sandbox (serve's default), and approvals on
 		// request: the second round's command asks to leave the sandbox,
 		// and its auto_approve answers.
