@@ -1523,9 +1523,21 @@ func TestSupervisionStopEndsAppServerGroup(t *testing.T) {
 	defer cancel()
 	<-h.engine.PoisonCtx(ctx, h.root).Done()
 	waitGone(t, group, waitFor)
+	// The strays are SIGKILLed by the stop; one may still be on its way out
+	// (state R with the kill pending) for a moment after it.
 	var left []string
-	for _, pid := range appServersUnder(h.cfg.Homes) {
-		left = append(left, proctest.Describe(pid))
+	deadline := time.Now().Add(waitFor)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		left = left[:0]
+		for _, pid := range appServersUnder(h.cfg.Homes) {
+			left = append(left, proctest.Describe(pid))
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		<-tick.C
 	}
 	if len(left) > 0 {
 		t.Errorf("the app-server exited at stdin EOF and its stop left its process group behind: %s",
