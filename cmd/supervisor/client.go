@@ -14,92 +14,18 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
-	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
-
+	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/messages"
 )
 
-// remoteClient is a caller in its own engine: it sends to a daemon over the
-// remote and receives the replies in an inbox.
-type remoteClient struct {
-	engine *actor.Engine
-	rem    *remote.Remote
-	pid    *actor.PID
-	inbox  chan any
-	target *actor.PID
-}
-
-func newRemoteClient(daemonAddr, listen string) (*remoteClient, error) {
-	return newRemoteClientTLS(daemonAddr, listen, nil)
-}
-
-// newRemoteClientTLS is newRemoteClient over mutual TLS when tlsConf is set.
-func newRemoteClientTLS(daemonAddr, listen string, tlsConf *tls.Config) (*remoteClient, error) {
-	return newRemoteClientWith(daemonAddr, listen, tlsConf)
-}
-
-// newRemoteClientWith is newRemoteClientTLS with adjustments of the
-// remote's config (limits, in tests).
-func newRemoteClientWith(daemonAddr, listen string, tlsConf *tls.Config, with ...func(remote.Config) remote.Config) (*remoteClient, error) {
-	if listen == "" {
-		var err error
-		if listen, err = freeLoopbackAddr(); err != nil {
-			return nil, err
-		}
+// dialDaemon starts a caller of the daemon at addr: listening on listen
+// (a free loopback port when empty), over mutual TLS when tlsConf is set.
+func dialDaemon(ctx context.Context, addr, listen string, tlsConf *tls.Config) (*client.Client, error) {
+	opts := []client.Option{client.WithTLS(tlsConf)}
+	if listen != "" {
+		opts = append(opts, client.WithListenAddr(listen))
 	}
-	e, rem, err := newRemoteEngine(listen, tlsConf, with...)
-	if err != nil {
-		return nil, err
-	}
-	c := &remoteClient{engine: e, rem: rem, inbox: make(chan any, 1<<16), target: rootPID(daemonAddr)}
-	c.pid = e.Spawn(func() actor.Receiver { return c }, "caller", actor.WithID("cli"))
-	e.Subscribe(c.pid) // to learn that the daemon is unreachable
-	return c, nil
-}
-
-// errUnreachable reports a daemon the caller cannot reach.
-var errUnreachable = errors.New("the daemon is unreachable")
-
-// Receive decodes what the daemon sends; it never blocks (the inbox is
-// large, and a full one drops with a note rather than stalling the engine).
-func (c *remoteClient) Receive(ctx *actor.Context) {
-	var m any
-	switch msg := ctx.Message().(type) {
-	case actor.RemoteUnreachableEvent:
-		if msg.ListenAddr != c.target.Address {
-			return
-		}
-		m = fmt.Errorf("%w at %s", errUnreachable, msg.ListenAddr)
-	default:
-		_, known := messages.Name(msg)
-		if !known && !messages.IsEnvelope(msg) {
-			return // lifecycle messages and the engine's other events
-		}
-		var err error
-		if m, err = messages.Unwrap(msg); err != nil {
-			m = err
-		}
-	}
-	select {
-	case c.inbox <- m:
-	default:
-	}
-}
-
-func (c *remoteClient) send(msg any) error {
-	env, err := messages.Encode(msg)
-	if err != nil {
-		return err
-	}
-	c.engine.SendWithSender(c.target, env, c.pid)
-	return nil
-}
-
-func (c *remoteClient) close() {
-	c.engine.Unsubscribe(c.pid)
-	<-c.engine.Poison(c.pid).Done()
-	c.rem.Stop().Wait()
+	return client.Dial(ctx, addr, opts...)
 }
 
 // roundOptions are the round command's flags.
@@ -189,24 +115,18 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if o.roundID == "" {
 		o.roundID = fmt.Sprintf("cli-%d", time.Now().UnixNano())
 	}
-	c, err := newRemoteClientTLS(o.addr, o.listen, tlsConf)
+	c, err := dialDaemon(ctx, o.addr, o.listen, tlsConf)
 	if err != nil {
 		return err
 	}
-	defer c.close()
+	defer c.Close()
 	req := messages.StartRound{
 		RoundID: o.roundID, User: o.user, Thread: o.thread, Text: text,
 		AutoApprove: o.autoApprove, MCPURL: o.mcpURL, MCPToken: os.Getenv("SUPERVISOR_MCP_TOKEN"),
 		Model: o.model, Effort: o.effort, DeveloperInstructions: o.instructions,
 	}
 	p := &printer{w: stdout, errw: stderr, json: o.json, roundID: o.roundID, start: time.Now()}
-	if err := c.send(req); err != nil {
-		return err
-	}
-	// A round may run longer than the remote's idle limit: keep the link
-	// to the daemon up (keepalives) until the verdict.
-	defer c.rem.Hold(o.addr)()
-	v, err := c.awaitVerdict(ctx, o, p)
+	v, err := streamRound(ctx, c, req, p, o.timeout)
 	if err != nil {
 		return exitError{code: exitNoVerdict, err: err}
 	}
@@ -216,46 +136,41 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// awaitVerdict prints events until the verdict. Ctrl-C asks the daemon to
-// interrupt the round, and still waits for its verdict.
-func (c *remoteClient) awaitVerdict(ctx context.Context, o roundOptions, p *printer) (messages.RoundFinished, error) {
-	deadline := time.NewTimer(o.timeout)
-	defer deadline.Stop()
-	interrupted := false
-	for {
-		select {
-		case m := <-c.inbox:
-			switch m := m.(type) {
-			case messages.RoundEvent:
-				if m.RoundID == o.roundID {
-					p.event(m)
-				}
-			case messages.RoundFinished:
-				if m.RoundID == o.roundID {
-					p.done(m)
-					return m, nil
-				}
-			case messages.Rejected:
-				return messages.RoundFinished{}, fmt.Errorf("the daemon rejected the request: %s", m.Reason)
-			case error:
-				if errors.Is(m, errUnreachable) {
-					return messages.RoundFinished{}, m
-				}
-				return messages.RoundFinished{}, fmt.Errorf("undecodable reply: %w", m)
-			}
-		case <-ctx.Done():
-			if interrupted {
-				return messages.RoundFinished{}, errors.New("interrupted twice; not waiting for the verdict")
-			}
-			interrupted = true
-			if err := c.send(messages.InterruptRound{User: o.user, Thread: o.thread, RoundID: o.roundID}); err != nil {
-				return messages.RoundFinished{}, err
-			}
-			ctx = context.Background() // a second signal ends the process the usual way
-		case <-deadline.C:
-			return messages.RoundFinished{}, fmt.Errorf("no verdict within %v", o.timeout)
-		}
+// streamRound runs one round, printing its events and its verdict, and
+// waits at most timeout for the verdict. The end of ctx (Ctrl-C) asks the
+// daemon to interrupt the round, and still waits for its verdict.
+func streamRound(ctx context.Context, c *client.Client, req messages.StartRound, p *printer, timeout time.Duration) (messages.RoundFinished, error) {
+	waitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	r, err := c.Round(waitCtx, req)
+	if err != nil {
+		return messages.RoundFinished{}, err
 	}
+	// The interrupt runs on the goroutine context.AfterFunc starts; it is
+	// joined before the return, and the client is closed after that.
+	interrupted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(interrupted)
+		// The answer does not matter: the verdict says what happened.
+		_, _ = c.Interrupt(waitCtx, messages.InterruptRound{User: req.User, Thread: req.Thread, RoundID: r.ID()})
+	})
+	defer func() {
+		if !stop() {
+			<-interrupted
+		}
+	}()
+	for e := range r.Events() {
+		p.event(e)
+	}
+	v, err := r.Wait()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return v, fmt.Errorf("no verdict within %v", timeout)
+	}
+	if err != nil {
+		return v, err
+	}
+	p.done(v)
+	return v, nil
 }
 
 // printer writes a round's events for a person: the answer text to w as it
@@ -450,39 +365,33 @@ func controlCmd(ctx context.Context, what string, args []string, stdout, stderr 
 		fmt.Fprintf(stderr, "supervisor %s: --user and --thread are required (and a message to steer with)\n", what)
 		return errUsage
 	}
-	c, err := newRemoteClientTLS(*addr, *listen, tlsConf)
+	c, err := dialDaemon(ctx, *addr, *listen, tlsConf)
 	if err != nil {
 		return err
 	}
-	defer c.close()
-	var msg any = messages.InterruptRound{User: *user, Thread: *thread, RoundID: *roundID}
+	defer c.Close()
+	callCtx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	var answer messages.RoundControlled
 	if what == "steer" {
-		msg = messages.SteerRound{User: *user, Thread: *thread, RoundID: *roundID, Text: text}
+		answer, err = c.Steer(callCtx, messages.SteerRound{User: *user, Thread: *thread, RoundID: *roundID, Text: text})
+	} else {
+		answer, err = c.Interrupt(callCtx, messages.InterruptRound{User: *user, Thread: *thread, RoundID: *roundID})
 	}
-	if err := c.send(msg); err != nil {
-		return err
+	if err != nil {
+		return noAnswer(ctx, err, *timeout)
 	}
-	t := time.NewTimer(*timeout)
-	defer t.Stop()
-	for {
-		select {
-		case m := <-c.inbox:
-			switch m := m.(type) {
-			case messages.RoundControlled:
-				if !m.OK {
-					return fmt.Errorf("%s refused: %s", what, m.Error)
-				}
-				fmt.Fprintf(stdout, "%s accepted\n", what)
-				return nil
-			case messages.Rejected:
-				return fmt.Errorf("the daemon rejected the request: %s", m.Reason)
-			case error:
-				return m
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			return fmt.Errorf("no answer within %v", *timeout)
-		}
+	if !answer.OK {
+		return fmt.Errorf("%s refused: %s", what, answer.Error)
 	}
+	fmt.Fprintf(stdout, "%s accepted\n", what)
+	return nil
+}
+
+// noAnswer words a failed call: the --timeout passed, or err as it is.
+func noAnswer(ctx context.Context, err error, timeout time.Duration) error {
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return fmt.Errorf("no answer within %v", timeout)
+	}
+	return err
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
@@ -105,11 +106,11 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "stopping the daemon: %v\n", err)
 		}
 	}()
-	c, err := newRemoteClient(listen, "")
+	c, err := client.Dial(ctx, listen)
 	if err != nil {
 		return err
 	}
-	defer c.close()
+	defer c.Close()
 
 	fmt.Fprintf(stdout, "demo: daemon on %s, codex %s, homes in %s\n", listen, bin, homes)
 	fmt.Fprintln(stdout, "demo: the model is an embedded DEMO model (no account, no network); codex, its sandbox and the daemon are real.")
@@ -121,10 +122,8 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "\nyou> %s%s\n", r.text, approve)
 		p := &printer{w: stdout, errw: stdout, prefix: "codex> ", start: time.Now()}
-		if err := c.send(messages.StartRound{RoundID: id, User: "demo-user", Thread: "demo-thread", Text: r.text, AutoApprove: r.autoApprove}); err != nil {
-			return err
-		}
-		v, err := c.awaitVerdict(ctx, roundOptions{roundID: id, user: "demo-user", thread: "demo-thread", timeout: 2 * time.Minute}, p)
+		req := messages.StartRound{RoundID: id, User: "demo-user", Thread: "demo-thread", Text: r.text, AutoApprove: r.autoApprove}
+		v, err := streamRound(ctx, c, req, p, 2*time.Minute)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/messages"
 )
 
@@ -28,13 +29,13 @@ func (a *accountFlags) register(fs *flag.FlagSet, timeout time.Duration) {
 	a.tls.register(fs)
 }
 
-// client connects to the daemon the flags name.
-func (a *accountFlags) client() (*remoteClient, error) {
+// dial connects to the daemon the flags name.
+func (a *accountFlags) dial(ctx context.Context) (*client.Client, error) {
 	conf, err := a.tls.config()
 	if err != nil {
 		return nil, err
 	}
-	return newRemoteClientTLS(a.addr, a.listen, conf)
+	return dialDaemon(ctx, a.addr, a.listen, conf)
 }
 
 // loginCmd runs a ChatGPT device-code login (or stores an API key read from
@@ -53,11 +54,11 @@ func loginCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintln(stderr, "supervisor login: --user is required")
 		return errUsage
 	}
-	c, err := af.client()
+	c, err := af.dial(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.close()
+	defer c.Close()
 	if *apiKeyStdin {
 		key, err := bufio.NewReader(io.LimitReader(stdin, 8<<10)).ReadString('\n')
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -67,73 +68,55 @@ func loginCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		if key == "" {
 			return errors.New("no API key on stdin")
 		}
-		if err := c.send(messages.SetAPIKey{User: af.user, APIKey: key}); err != nil {
-			return err
-		}
-		m, err := c.await(ctx, af.timeout, func(m any) bool {
-			switch m.(type) {
-			case messages.APIKeyStored, messages.Rejected, error:
-				return true
+		callCtx, cancel := context.WithTimeout(ctx, af.timeout)
+		defer cancel()
+		if err := c.SetAPIKey(callCtx, af.user, key); err != nil {
+			if rej, ok := errors.AsType[*client.RejectedError](err); ok {
+				return fmt.Errorf("the daemon refused the key: %s", rej.Reason)
 			}
-			return false
-		})
-		if err != nil {
-			return err
-		}
-		switch m := m.(type) {
-		case messages.Rejected:
-			return fmt.Errorf("the daemon refused the key: %s", m.Reason)
-		case error:
-			return m
+			return noAnswer(ctx, err, af.timeout)
 		}
 		fmt.Fprintln(stdout, "API key stored for the user; codex uses it from the next round on.")
 		return nil
 	}
 
-	if err := c.send(messages.StartLogin{User: af.user}); err != nil {
-		return err
-	}
-	// A device-code login waits minutes for the user: keep the link to
-	// the daemon up (keepalives) until the outcome.
-	defer c.rem.Hold(c.target.Address)()
-	deadline := time.NewTimer(af.timeout)
-	defer deadline.Stop()
-	cancelled := false
-	for {
-		select {
-		case m := <-c.inbox:
-			switch m := m.(type) {
-			case messages.LoginChallenge:
-				fmt.Fprintf(stdout, "Open %s and enter the code %s\n", m.VerificationURL, m.UserCode)
-				if m.ExpiresAtUnixMilli > 0 {
-					fmt.Fprintf(stdout, "The code expires at %s.\n", m.ExpiresAt().Format(time.Kitchen))
-				}
-			case messages.LoginFinished:
-				if m.Success {
-					fmt.Fprintln(stdout, "Logged in.")
-					return nil
-				}
-				fmt.Fprintf(stderr, "login failed: %s\n", m.Error)
-				return exitError{code: 1}
-			case messages.Rejected:
-				return fmt.Errorf("the daemon rejected the login: %s", m.Reason)
-			case error:
-				return m
-			}
-		case <-ctx.Done():
-			if cancelled {
-				return errors.New("interrupted twice")
-			}
-			cancelled = true
-			fmt.Fprintln(stderr, "cancelling the login…")
-			if err := c.send(messages.CancelLogin{User: af.user}); err != nil {
-				return err
-			}
-			ctx = context.Background()
-		case <-deadline.C:
+	// Ctrl-C cancels the login; its outcome (not logged in) still comes.
+	// The cancel runs on the goroutine context.AfterFunc starts, joined
+	// before the return.
+	loginCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), af.timeout)
+	defer cancel()
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		fmt.Fprintln(stderr, "cancelling the login…")
+		_ = c.CancelLogin(loginCtx, af.user)
+	})
+	defer func() {
+		if !stop() {
+			<-cancelled
+		}
+	}()
+	done, err := c.Login(loginCtx, af.user, func(m messages.LoginChallenge) {
+		fmt.Fprintf(stdout, "Open %s and enter the code %s\n", m.VerificationURL, m.UserCode)
+		if m.ExpiresAtUnixMilli > 0 {
+			fmt.Fprintf(stdout, "The code expires at %s.\n", m.ExpiresAt().Format(time.Kitchen))
+		}
+	})
+	if err != nil {
+		if rej, ok := errors.AsType[*client.RejectedError](err); ok {
+			return fmt.Errorf("the daemon rejected the login: %s", rej.Reason)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("no outcome within %v", af.timeout)
 		}
+		return err
 	}
+	if !done.Success {
+		fmt.Fprintf(stderr, "login failed: %s\n", done.Error)
+		return exitError{code: 1}
+	}
+	fmt.Fprintln(stdout, "Logged in.")
+	return nil
 }
 
 // simpleCmd sends one account message and prints its answer.
@@ -149,41 +132,30 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 		fmt.Fprintf(stderr, "supervisor %s: --user is required\n", name)
 		return errUsage
 	}
-	c, err := af.client()
+	c, err := af.dial(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.close()
-	var msg any
+	defer c.Close()
+	callCtx, cancel := context.WithTimeout(ctx, af.timeout)
+	defer cancel()
+	failed := func(err error) error {
+		if rej, ok := errors.AsType[*client.RejectedError](err); ok {
+			return fmt.Errorf("the daemon refused: %s", rej.Reason)
+		}
+		return noAnswer(ctx, err, af.timeout)
+	}
 	switch name {
 	case "logout":
-		msg = messages.Logout{User: af.user}
-	case "models":
-		msg = messages.ModelsRequest{User: af.user}
-	case "account":
-		msg = messages.AccountRequest{User: af.user}
-	}
-	if err := c.send(msg); err != nil {
-		return err
-	}
-	m, err := c.await(ctx, af.timeout, func(m any) bool {
-		switch m.(type) {
-		case messages.LoggedOut, messages.ModelsResponse, messages.AccountResponse, messages.Rejected, error:
-			return true
+		if err := c.Logout(callCtx, af.user); err != nil {
+			return failed(err)
 		}
-		return false
-	})
-	if err != nil {
-		return err
-	}
-	switch m := m.(type) {
-	case error:
-		return m
-	case messages.Rejected:
-		return fmt.Errorf("the daemon refused: %s", m.Reason)
-	case messages.LoggedOut:
 		fmt.Fprintln(stdout, "Logged out.")
-	case messages.AccountResponse:
+	case "account":
+		m, err := c.Account(callCtx, af.user)
+		if err != nil {
+			return failed(err)
+		}
 		if m.Error != "" {
 			return fmt.Errorf("account: %s", m.Error)
 		}
@@ -195,7 +167,11 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 		default:
 			fmt.Fprintf(stdout, "%s account\n", m.Type)
 		}
-	case messages.ModelsResponse:
+	case "models":
+		m, err := c.Models(callCtx, af.user)
+		if err != nil {
+			return failed(err)
+		}
 		if m.Error != "" {
 			return fmt.Errorf("models: %s", m.Error)
 		}
@@ -208,22 +184,4 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 		}
 	}
 	return nil
-}
-
-// await returns the first inbox message done accepts.
-func (c *remoteClient) await(ctx context.Context, timeout time.Duration, done func(any) bool) (any, error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for {
-		select {
-		case m := <-c.inbox:
-			if done(m) {
-				return m, nil
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-t.C:
-			return nil, fmt.Errorf("no answer within %v", timeout)
-		}
-	}
 }

@@ -3,20 +3,20 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/meshweaver/supervisor/client"
 )
 
 // tlsOptions are the remote link's mutual-TLS files. The same
@@ -43,25 +43,7 @@ func (t *tlsOptions) config() (*tls.Config, error) {
 	if t.cert == "" || t.key == "" || t.ca == "" {
 		return nil, errors.New("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
 	}
-	cert, err := tls.LoadX509KeyPair(t.cert, t.key)
-	if err != nil {
-		return nil, fmt.Errorf("loading the TLS key pair: %w", err)
-	}
-	pem, err := os.ReadFile(t.ca)
-	if err != nil {
-		return nil, fmt.Errorf("reading the TLS CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", t.ca)
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		ClientCAs:    pool,
-		RootCAs:      pool,
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		MinVersion:   tls.VersionTLS13,
-	}, nil
+	return client.LoadTLSFiles(t.cert, t.key, t.ca)
 }
 
 // opsServer serves /metrics, /healthz and /readyz.
