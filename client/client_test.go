@@ -217,3 +217,21 @@ func TestDialErrors(t *testing.T) {
 		t.Error("Dial with missing TLS files succeeded")
 	}
 }
+
+// SetAPIKey and Logout are answered, an invalid key refused. (The fake's
+// account is fixed: that the key shows in the account is checked with the
+// real codex CLI, by cmd/supervisor's TestAccountCommands.)
+func TestCredentials(t *testing.T) {
+	c := dial(t, daemonAddr)
+	ctx := testCtx(t)
+	const user = "cred"
+	if err := c.SetAPIKey(ctx, user, "sk-test-0123456789abcdef"); err != nil {
+		t.Fatalf("SetAPIKey: %v", err)
+	}
+	if err := c.Logout(ctx, user); err != nil {
+		t.Fatalf("Logout: %v", err)
+	}
+	if err := c.SetAPIKey(ctx, user, "has spaces"); !errors.As(err, new(*client.RejectedError)) {
+		t.Errorf("SetAPIKey of an invalid key = %v, want a *client.RejectedError", err)
+	}
+}
