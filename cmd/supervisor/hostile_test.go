@@ -588,6 +588,23 @@ func TestHostileIdentities(t *testing.T) {
 		}
 	})
 
+	t.Run("an identity no grant names is refused at the handshake", func(t *testing.T) {
+		cert, key := ca.issueURI(t, dir, "mallory", "spiffe://mesh/mallory")
+		before := h.value("supervisor_remote_rejected_total", `reason="handshake"`)
+		c, err := tls.Dial("tcp", h.addr, tlsConfig(t, cert, key, ca.pem))
+		if err == nil { // TLS 1.3: the server's verdict on the client comes with the first read
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, err = c.Read(make([]byte, 1))
+			c.Close()
+		}
+		var ne net.Error
+		if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+			t.Fatalf("mallory's connection: %v, want a refused handshake", err)
+		}
+		h.rejected("handshake", before+1)
+		h.alive()
+	})
+
 	t.Run("the right identity is served", func(t *testing.T) {
 		v := alice.round(messages.StartRound{User: "alice", Thread: "t", Text: "hello"}).verdict
 		if v.Status != messages.StatusCompleted {
