@@ -76,6 +76,35 @@ func TestPolicyAllows(t *testing.T) {
 	}
 }
 
+// TestPolicyNames: which identities the handshake admits (some grant
+// names them at all).
+func TestPolicyNames(t *testing.T) {
+	p := mustPolicy(t, `{"version": 1, "grants": [
+		{"identities": ["spiffe://mesh/gateway"], "users": ["*"], "kinds": ["rounds"]},
+		{"identities": ["spiffe://mesh/agent-*"], "users": ["alice"], "kinds": ["account"]}]}`)
+	for _, tc := range []struct {
+		identity string
+		want     bool
+	}{
+		{"spiffe://mesh/gateway", true},
+		{"spiffe://mesh/agent-7", true},
+		{"spiffe://mesh/agent-7/sub", false},
+		{"spiffe://mesh/mallory", false},
+		{"", false},
+	} {
+		if got := p.Names(tc.identity); got != tc.want {
+			t.Errorf("Names(%q) = %v, want %v", tc.identity, got, tc.want)
+		}
+	}
+	if !mustPolicy(t, testPolicy).Names("anyone") { // a grant to "*"
+		t.Error(`a grant to "*" must name every identity`)
+	}
+	var none *Policy
+	if !none.Names("x") {
+		t.Error("a nil policy must name every identity")
+	}
+}
+
 func TestParsePolicyErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, in string

@@ -266,7 +266,7 @@ func pidString(p *actor.PID) string {
 	if p == nil {
 		return ""
 	}
-	return p.String()
+	return clip(p.String(), 200) // a log line of the peer's making stays short
 }
 
 func clip(s string, n int) string {

@@ -191,6 +191,21 @@ func (p *Policy) Allows(identity, user string, k Kind) bool {
 	return false
 }
 
+// Names reports whether some grant names identity at all: a certificate
+// whose identity has none is refused at the TLS handshake, before it can
+// hold a connection's buffers. A nil policy grants every identity.
+func (p *Policy) Names(identity string) bool {
+	if p == nil {
+		return true
+	}
+	for _, g := range p.Grants {
+		if matchAny(g.Identities, identity) {
+			return true
+		}
+	}
+	return false
+}
+
 // Match reports whether name matches one pattern of the file.
 func Match(pattern, name string) bool {
 	if pattern == "*" {

@@ -41,6 +41,12 @@ func (n *Node) bwrapArgs(home, codexBin string) []string {
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp",
 	}
+	if n.opts.Root && n.opts.UIDs.Empty() {
+		// Root's capabilities stay in the sandbox's own user namespace,
+		// where they reach nothing of the host (open_by_handle_at, mknod,
+		// the host's network settings all need them in the initial one).
+		a = append(a, "--unshare-user")
+	}
 	for _, d := range systemDirs {
 		fi, err := os.Lstat(d)
 		switch {
@@ -56,7 +62,6 @@ func (n *Node) bwrapArgs(home, codexBin string) []string {
 	for _, f := range etcFiles {
 		a = append(a, "--ro-bind-try", f, f)
 	}
-	a = append(a, "--tmpfs", n.opts.Homes, "--bind", home, home)
 	if ws := n.opts.Workspace; ws != "" {
 		if n.opts.WorkspaceWritable {
 			a = append(a, "--bind", ws, ws)
@@ -76,6 +81,10 @@ func (n *Node) bwrapArgs(home, codexBin string) []string {
 	for _, p := range n.opts.ReadOnly {
 		a = append(a, "--ro-bind", p, p)
 	}
+	// The homes root after every other bind: a workspace, codex folder or
+	// read-only path that contains it (or lies under it) must not bring
+	// the other homes back in; then this home alone.
+	a = append(a, "--tmpfs", n.opts.Homes, "--bind", home, home)
 	for _, p := range n.opts.Hide {
 		fi, err := os.Stat(p)
 		switch {

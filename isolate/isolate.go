@@ -38,6 +38,11 @@ type Options struct {
 	// AllowShared accepts more than one user when neither a uid switch
 	// nor bubblewrap separates them.
 	AllowShared bool
+	// Root says the daemon runs as root. Without a uid switch its
+	// sandboxes then get a user namespace of their own (--unshare-user):
+	// run as plain root they kept root's capabilities on the host, and with
+	// CAP_DAC_READ_SEARCH a file of another home opened by handle.
+	Root bool
 }
 
 // Range is an inclusive range of uids; the zero value is empty.

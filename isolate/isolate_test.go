@@ -195,5 +195,25 @@ func TestBwrapArgs(t *testing.T) {
 		if l.Wrapper[0] != "/usr/bin/bwrap" || l.Wrapper[len(l.Wrapper)-1] != "--" || strings.Contains(a, " /etc /etc") {
 			t.Errorf("bwrap args: %s", a)
 		}
+		// The homes root comes after every other bind, so a bound folder
+		// that holds it cannot bring the other homes back.
+		if i, j := strings.Index(a, "--tmpfs "+homes+" "), strings.Index(a, " /srv/ws /srv/ws"); i < j {
+			t.Errorf("the homes tmpfs precedes the workspace bind: %s", a)
+		}
+		if strings.Contains(a, "--unshare-user") {
+			t.Errorf("a user namespace without Root: %s", a)
+		}
+	}
+	// A root daemon without a uid switch: root's capabilities stay in the
+	// sandbox's own user namespace; with a uid switch they are gone anyway.
+	for _, uids := range []Range{{}, {Lo: 300000, Hi: 300100}} {
+		n := newTestNode(t, Options{Homes: homes, Bwrap: "/usr/bin/bwrap", Root: true, UIDs: uids})
+		l, err := n.Prepare(filepath.Join(homes, "carol", ".codex"), "")
+		if err != nil && uids.Empty() {
+			t.Fatal(err)
+		}
+		if got, want := slices.Contains(l.Wrapper, "--unshare-user"), uids.Empty(); err == nil && got != want {
+			t.Errorf("root, uids %v: --unshare-user %v, want %v", uids, got, want)
+		}
 	}
 }

@@ -450,7 +450,7 @@ func countTrue(bs []bool) int {
 func TestHostileUserFlood(t *testing.T) {
 	const maxUsers = 1000
 	h := hostileStart(t, "--peer-rate", "1000000", "--peer-burst", "1000000",
-		"--max-users", fmt.Sprint(maxUsers), "--user-idle", "2s")
+		"--max-users", fmt.Sprint(maxUsers), "--user-idle", "10s") // longer than the flood takes on a loaded machine: none is reaped before all are refused
 	root := rootPID(h.addr)
 	flooder := opsNewCaller(t, h.addr, nil)
 	probe(t, flooder)
@@ -586,6 +586,23 @@ func TestHostileIdentities(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(h.homes, "alice")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("refused messages touched alice's home (stat: %v)", err)
 		}
+	})
+
+	t.Run("an identity no grant names is refused at the handshake", func(t *testing.T) {
+		cert, key := ca.issueURI(t, dir, "mallory", "spiffe://mesh/mallory")
+		before := h.value("supervisor_remote_rejected_total", `reason="handshake"`)
+		c, err := tls.Dial("tcp", h.addr, tlsConfig(t, cert, key, ca.pem))
+		if err == nil { // TLS 1.3: the server's verdict on the client comes with the first read
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, err = c.Read(make([]byte, 1))
+			c.Close()
+		}
+		var ne net.Error
+		if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+			t.Fatalf("mallory's connection: %v, want a refused handshake", err)
+		}
+		h.rejected("handshake", before+1)
+		h.alive()
 	})
 
 	t.Run("the right identity is served", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/meshweaver/supervisor/isolate"
@@ -64,6 +65,7 @@ func (o *isolationOptions) node(homes, workspace string, hide []string, log *slo
 	n, err := isolate.New(isolate.Options{
 		Homes: homes, Workspace: workspace, WorkspaceWritable: o.workspaceWritable,
 		UIDs: uids, Bwrap: host.Bwrap, ReadOnly: ro, Hide: hide, AllowShared: o.allowShared,
+		Root: os.Geteuid() == 0,
 	})
 	if err != nil {
 		return nil, err

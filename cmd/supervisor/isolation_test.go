@@ -49,6 +49,7 @@ func isolated(t *testing.T, mode string, writable, allowShared bool) func(*actor
 		opts := isolate.Options{
 			Homes: c.Homes, Workspace: c.Workspace, WorkspaceWritable: writable,
 			ReadOnly: []string{catalog}, AllowShared: allowShared,
+			Root: os.Geteuid() == 0,
 		}
 		if strings.Contains(mode, "uid") {
 			opts.UIDs = testUIDs

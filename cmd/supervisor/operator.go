@@ -123,6 +123,9 @@ type tlsFiles struct {
 type tlsReloader struct {
 	cur   atomic.Pointer[tlsFiles]
 	caPEM []byte // the CA file as loaded at start: RootCAs of the daemon's dials
+	// admit, when set, refuses at the handshake a peer whose identity no
+	// grant of the authorization file names.
+	admit func(identity string) bool
 }
 
 func loadTLSFiles(t tlsOptions) (*tlsFiles, error) {
@@ -156,10 +159,11 @@ func newTLSReloader(t tlsOptions) (*tlsReloader, *tls.Config, error) {
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			f := r.cur.Load()
 			return &tls.Config{
-				MinVersion:   tls.VersionTLS13,
-				ClientAuth:   tls.RequireAndVerifyClientCert,
-				Certificates: []tls.Certificate{f.cert},
-				ClientCAs:    f.pool,
+				MinVersion:       tls.VersionTLS13,
+				ClientAuth:       tls.RequireAndVerifyClientCert,
+				Certificates:     []tls.Certificate{f.cert},
+				ClientCAs:        f.pool,
+				VerifyConnection: r.verifyPeer,
 			}, nil
 		},
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -179,6 +183,18 @@ func newTLSReloader(t tlsOptions) (*tlsReloader, *tls.Config, error) {
 		RootCAs: files.pool,
 	}
 	return r, conf, nil
+}
+
+// verifyPeer runs after the chain is verified: an identity no grant names
+// is refused before its connection may buffer anything.
+func (r *tlsReloader) verifyPeer(cs tls.ConnectionState) error {
+	if r.admit == nil {
+		return nil
+	}
+	if id := remote.DefaultIdentify(&cs); !r.admit(id) {
+		return fmt.Errorf("no grant of the authorization file names identity %.100q", id)
+	}
+	return nil
 }
 
 // reload loads t's files and uses them for the next handshakes. caKept

@@ -206,6 +206,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if certs, tlsConf, err = newTLSReloader(o.tls); err != nil {
 			return err
 		}
+		if o.policy != nil {
+			certs.admit = o.policy.Names
+		}
 	}
 	iso, err := o.isolation.node(o.homes, o.workspace, []string{o.tls.cert, o.tls.key, o.tls.ca, o.authz}, log)
 	if err != nil {

@@ -1,8 +1,10 @@
 package remote
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
@@ -202,4 +204,61 @@ func TestSameHost(t *testing.T) {
 	if sameHost("127.0.0.1", netip.Addr{}) {
 		t.Error("matched the zero address")
 	}
+}
+
+// TestCanonicalHost: a sender address has one spelling (its listener's),
+// so that spellings of one address cannot each cost the node a writer.
+func TestCanonicalHost(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		ok   bool
+	}{
+		{"127.0.0.1:4100", true},
+		{"10.0.0.5:1", true},
+		{"[::1]:4100", true},
+		{"localhost:4100", true},
+		{"127.0.0.1:04100", false},
+		{"127.0.0.1:0", false},
+		{"127.0.0.1:65536", false},
+		{"127.0.0.1:+4100", false},
+		{"LOCALHOST:4100", false},
+		{"[::ffff:127.0.0.1]:4100", false},
+		{"[fe80::1%eth0]:4100", false},
+		{"[0:0::1]:4100", false},
+		{"example.com:4100", false},
+		{"127.0.0.1", false},
+	} {
+		if _, err := canonicalHost(tc.addr); (err == nil) != tc.ok {
+			t.Errorf("canonicalHost(%q) = %v, want ok %v", tc.addr, err, tc.ok)
+		}
+	}
+}
+
+// TestSendersPerConnectionCapped: one connection may name only a few
+// sender addresses; the ones it has bound keep working; long PIDs are
+// refused as frames.
+func TestSendersPerConnectionCapped(t *testing.T) {
+	n := newNode(t, NewConfig())
+	c := dialRaw(t, n.addr, nil)
+	sender := func(i int) *actor.PID { return actor.NewPID(fmt.Sprintf("127.0.0.1:%d", 20000+i), "caller") }
+	for i := range maxSendersPerConn {
+		c.send(t, one(n.sink, sender(i), wrapperspb.Int64(int64(i))))
+		if got := n.recv(t); got.sender.Address != sender(i).Address {
+			t.Fatalf("message %d from %v", i, got.sender)
+		}
+	}
+	c.send(t, one(n.sink, sender(maxSendersPerConn), wrapperspb.Int64(99)))
+	if rf := n.ref.wait(t); rf.Reason != RefuseSender {
+		t.Fatalf("sender %d: refusal %q (%v), want %q", maxSendersPerConn, rf.Reason, rf.Err, RefuseSender)
+	}
+	c.send(t, one(n.sink, sender(0), wrapperspb.Int64(100))) // bound: still fine
+	if got := n.recv(t); got.sender.Address != sender(0).Address {
+		t.Fatalf("a bound sender refused after the cap: %v", got.sender)
+	}
+	long := actor.NewPID("127.0.0.1:20000", strings.Repeat("x", maxPIDID+1))
+	c.send(t, one(n.sink, long, wrapperspb.Int64(101)))
+	if rf := n.ref.wait(t); rf.Reason != RefuseFrame {
+		t.Fatalf("long sender id: refusal %q (%v), want %q", rf.Reason, rf.Err, RefuseFrame)
+	}
+	n.ref.none(t)
 }

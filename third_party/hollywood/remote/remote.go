@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 	"storj.io/drpc/drpcmanager"
 	"storj.io/drpc/drpcmux"
@@ -68,9 +70,12 @@ type Remote struct {
 	mu       sync.Mutex
 	stopping bool
 	draining chan struct{} // closed by Stop: writers send their queue and end
-	writers  map[string]*streamWriter
-	holds    map[string]int
-	ln       *listener
+	// unreachableLog samples the writers' "giving up" lines: the first 10,
+	// then one a second.
+	unreachableLog rate.Sometimes
+	writers        map[string]*streamWriter
+	holds          map[string]int
+	ln             *listener
 }
 
 const (
@@ -88,6 +93,8 @@ func New(addr string, config Config) *Remote {
 		limits:  config.limits,
 		writers: map[string]*streamWriter{},
 		holds:   map[string]int{},
+
+		unreachableLog: rate.Sometimes{First: 10, Interval: time.Second},
 	}
 	// meshweaver patch: WithBufferSize stays the frame limit when no
 	// Limits.MaxFrame is given.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
@@ -44,6 +45,10 @@ func (r *streamReader) Receive(stream DRPCRemote_ReceiveStream) error {
 	if conn != nil {
 		peer = conn.peer()
 	}
+	// The sender addresses this connection has bound: each new one costs the
+	// node an outbound writer (a dial, an fd, a goroutine), so there are at
+	// most maxSendersPerConn of them.
+	senders := map[string]struct{}{}
 	for {
 		envelope, err := stream.Recv()
 		if err != nil {
@@ -61,7 +66,7 @@ func (r *streamReader) Receive(stream DRPCRemote_ReceiveStream) error {
 			conn.establish()
 		}
 		for _, msg := range envelope.Messages {
-			r.handle(peer, envelope, msg)
+			r.handle(peer, senders, envelope, msg)
 		}
 	}
 
@@ -69,7 +74,7 @@ func (r *streamReader) Receive(stream DRPCRemote_ReceiveStream) error {
 }
 
 // handle checks and delivers one message; whatever goes wrong drops only it.
-func (r *streamReader) handle(peer Peer, env *Envelope, msg *Message) {
+func (r *streamReader) handle(peer Peer, senders map[string]struct{}, env *Envelope, msg *Message) {
 	defer func() {
 		if v := recover(); v != nil {
 			s := fmt.Sprint(v)
@@ -90,9 +95,17 @@ func (r *streamReader) handle(peer Peer, env *Envelope, msg *Message) {
 		return
 	}
 	if sender != nil {
-		if err := r.remote.bindSender(peer, sender); err != nil {
-			r.remote.refuse(Refusal{Peer: peer, Reason: RefuseSender, Err: err})
-			return
+		if _, bound := senders[sender.Address]; !bound {
+			if len(senders) >= maxSendersPerConn {
+				r.remote.refuse(Refusal{Peer: peer, Reason: RefuseSender,
+					Err: fmt.Errorf("a connection may name at most %d sender addresses", maxSendersPerConn)})
+				return
+			}
+			if err := r.remote.bindSender(peer, sender); err != nil {
+				r.remote.refuse(Refusal{Peer: peer, Reason: RefuseSender, Err: err})
+				return
+			}
+			senders[sender.Address] = struct{}{}
 		}
 	}
 	if gate := r.remote.config.gate; gate != nil {
@@ -103,6 +116,25 @@ func (r *streamReader) handle(peer Peer, env *Envelope, msg *Message) {
 		}
 	}
 	r.remote.engine.SendLocal(target, payload, sender)
+}
+
+// maxSendersPerConn bounds the sender addresses one connection may name
+// (a caller names one: its own listen address).
+const maxSendersPerConn = 8
+
+// Bounds of a PID's fields on the wire: an address is host:port, an id a
+// path of a few actor names; longer ones are attacker-sized log lines.
+const (
+	maxPIDAddress = 256
+	maxPIDID      = 1024
+)
+
+// checkPID refuses a PID whose fields exceed the bounds above.
+func checkPID(what string, p *actor.PID) error {
+	if len(p.Address) > maxPIDAddress || len(p.ID) > maxPIDID {
+		return fmt.Errorf("%s PID over %d bytes of address or %d of id", what, maxPIDAddress, maxPIDID)
+	}
+	return nil
 }
 
 // checkMessage bounds-checks msg's indices into env's tables.
@@ -120,12 +152,20 @@ func checkMessage(env *Envelope, msg *Message) (target, sender *actor.PID, tname
 	if target == nil {
 		return nil, nil, "", errors.New("nil target")
 	}
+	if err := checkPID("target", target); err != nil {
+		return nil, nil, "", err
+	}
 	// As upstream: senders are optional for the whole envelope.
 	if len(env.Senders) > 0 {
 		if i := msg.SenderIndex; i < 0 || int(i) >= len(env.Senders) {
 			return nil, nil, "", fmt.Errorf("sender index %d of %d", i, len(env.Senders))
 		}
 		sender = env.Senders[msg.SenderIndex]
+		if sender != nil {
+			if err := checkPID("sender", sender); err != nil {
+				return nil, nil, "", err
+			}
+		}
 	}
 	return target, sender, env.TypeNames[msg.TypeNameIndex], nil
 }
@@ -138,9 +178,9 @@ func (r *Remote) bindSender(peer Peer, sender *actor.PID) error {
 	if sender.Address == r.addr {
 		return errors.New("sender names this node's own address")
 	}
-	host, _, err := net.SplitHostPort(sender.Address)
+	host, err := canonicalHost(sender.Address)
 	if err != nil {
-		return fmt.Errorf("sender address %.100q: %w", sender.Address, err)
+		return err
 	}
 	if peer.Addr == nil || !sameHost(host, addrIP(peer.Addr)) {
 		return fmt.Errorf("sender host %.100q is not the connection's address", host)
@@ -160,6 +200,29 @@ func (r *Remote) bindSender(peer Peer, sender *actor.PID) error {
 		return fmt.Errorf("sender address %.100q presents another identity than the connection", sender.Address)
 	}
 	return nil
+}
+
+// canonicalHost returns the host of a sender address written the one way
+// its listener writes it: IP:port as netip prints it, or localhost:port.
+// Other spellings of one address (leading zeros in the port, upper case,
+// IPv4-mapped IPv6) would each cost the node a writer of its own.
+func canonicalHost(addr string) (string, error) {
+	bad := fmt.Errorf("sender address %.100q is not a canonical IP:port", addr)
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", bad
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || strconv.FormatUint(n, 10) != port {
+		return "", bad
+	}
+	if host == "localhost" {
+		return host, nil
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || ap.String() != addr || ap.Addr().Is4In6() || ap.Addr().Zone() != "" {
+		return "", bad
+	}
+	return host, nil
 }
 
 // sameHost reports whether host (an IP or "localhost") is ip, counting

@@ -270,7 +270,11 @@ func (w *streamWriter) dial(ctx context.Context) (net.Conn, error) {
 		err = ctx.Err()
 	}
 	if w.r.ctx.Err() == nil {
-		slog.Warn("remote unreachable, giving up", "remote", w.addr, "tries", dialTries, "err", err)
+		// Sampled: a peer can name many unreachable addresses (each a
+		// refused sender), and each would be a Warn line.
+		w.r.unreachableLog.Do(func() {
+			slog.Warn("remote unreachable, giving up", "remote", fmt.Sprintf("%.100s", w.addr), "tries", dialTries, "err", err)
+		})
 	}
 	return nil, fmt.Errorf("dialling %s: %w", w.addr, err)
 }
