@@ -235,3 +235,26 @@ func TestCredentials(t *testing.T) {
 		t.Errorf("SetAPIKey of an invalid key = %v, want a *client.RejectedError", err)
 	}
 }
+
+// WithListenAddr is where the daemon dials back: the replies come there.
+func TestListenAddr(t *testing.T) {
+	listen, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(testCtx(t), daemonAddr, client.WithListenAddr(listen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.ListenAddr(); got != listen {
+		t.Errorf("ListenAddr = %s, want %s", got, listen)
+	}
+	if a, err := c.Account(testCtx(t), "listener"); err != nil || a.User != "listener" {
+		t.Errorf("Account through %s = %+v, %v", listen, a, err)
+	}
+	// The address is taken while the client lives.
+	if _, err := client.Dial(testCtx(t), daemonAddr, client.WithListenAddr(listen)); err == nil {
+		t.Error("a second client listening on the same address started")
+	}
+}
