@@ -81,6 +81,8 @@ type codexActor struct {
 	crashes     []time.Time // unexpected deaths within RestartWindow
 	coolUntil   time.Time
 	delay       *time.Timer // a backed-off start
+	lastHeard   time.Time   // the process last said something (a notification, an answer to a health call)
+	probeGen    uint64      // the generation a health call is in flight for
 
 	// Goroutines: start attempts, exit watchers and stops. Processes a
 	// start produced are in live until stopped, so Stopped can end even
@@ -107,7 +109,7 @@ func (a *codexActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
 	case actor.Started:
 		a.engine, a.self = c.Engine(), c.PID()
-		a.ticker = c.SendRepeat(c.PID(), tick{}, tickInterval(a.cfg.IdleTimeout))
+		a.ticker = c.SendRepeat(c.PID(), tick{}, tickInterval(min(a.cfg.IdleTimeout, a.cfg.CallTimeout)))
 	case actor.Stopped:
 		a.ticker.Stop()
 		a.shutdown()
@@ -131,9 +133,14 @@ func (a *codexActor) Receive(c *actor.Context) {
 		a.exited(m)
 	case codexNote:
 		if m.gen == a.gen {
+			a.lastHeard = time.Now()
 			a.touch()
 			a.route(m.note)
 		}
+	case checkHealth:
+		a.probe(m.gen)
+	case healthChecked:
+		a.checked(m)
 	case codexServerRequest:
 		if m.gen != a.gen {
 			// A process on its way out: its requests get the safe answer.
@@ -191,6 +198,11 @@ func (a *codexActor) Receive(c *actor.Context) {
 			}()
 		}
 	case tick:
+		if len(a.subs) > 0 && time.Since(a.lastHeard) >= a.cfg.CallTimeout {
+			// Rounds wait on a process that has been silent for a call's
+			// length: make sure it still answers.
+			a.probe(a.gen)
+		}
 		switch {
 		case !a.idle():
 		case time.Since(a.lastUse) >= a.cfg.IdleTimeout:
@@ -504,6 +516,7 @@ func (a *codexActor) started(m codexStarted) {
 	default:
 	}
 	a.proc, a.client = m.proc, m.client
+	a.lastHeard = time.Now()
 	a.cfg.Metrics.Starts.Inc()
 	if a.restartNext {
 		a.cfg.Metrics.Restarts.Inc()
@@ -552,8 +565,15 @@ func (a *codexActor) exited(m codexExited) {
 func (a *codexActor) evict(why string) {
 	a.log.Info("stopping an idle codex app-server", "pid", a.proc.PID(), "why", why)
 	p := a.proc
+	a.drop(errors.New("codex app-server stopped: " + why))
+	a.goStop(p)
+}
+
+// drop ends the current process's generation: every round and the login
+// that use it hear lost, and nothing it still says reaches anyone. The
+// caller stops the process.
+func (a *codexActor) drop(lost error) {
 	a.gen++
-	lost := errors.New("codex app-server stopped: " + why)
 	for _, s := range a.subs {
 		a.engine.Send(s.round, codexLost{err: lost})
 	}
@@ -567,7 +587,64 @@ func (a *codexActor) evict(why string) {
 	a.early = make(map[string][]*codexrpc.Notification)
 	a.nEarly = 0
 	a.cfg.live.remove(a.self)
-	a.goStop(p)
+}
+
+// healthTimeout bounds a health call: a live app-server answers one in
+// milliseconds.
+func (a *codexActor) healthTimeout() time.Duration {
+	return min(a.cfg.CallTimeout, 10*time.Second)
+}
+
+// probe makes a health call to the process of generation gen, unless one
+// is in flight; the answer comes back as healthChecked.
+func (a *codexActor) probe(gen uint64) {
+	if gen != a.gen || a.client == nil || a.probeGen == gen {
+		return
+	}
+	a.probeGen = gen
+	client, engine, self, d := a.client, a.engine, a.self, a.healthTimeout()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		engine.Send(self, healthChecked{gen: gen, err: client.Ping(ctx)})
+	}()
+}
+
+// checked acts on a health call's end: a process that did not answer in
+// time is hung (stopped, or deadlocked): it is killed, counted as a death
+// of its own cause, and the next round starts a fresh one under the
+// restart policy.
+func (a *codexActor) checked(m healthChecked) {
+	if m.gen == a.probeGen {
+		a.probeGen = 0
+	}
+	if m.gen != a.gen || a.proc == nil {
+		return
+	}
+	if m.err == nil {
+		a.lastHeard = time.Now()
+		return
+	}
+	if !errors.Is(m.err, context.DeadlineExceeded) {
+		return // it died: its exit report is on its way
+	}
+	p := a.proc
+	a.log.Error("codex app-server stopped answering; killing it", "pid", p.PID(), "err", m.err)
+	a.cfg.Metrics.Deaths.Inc()
+	a.cfg.Metrics.Hung.Inc()
+	a.crashed()
+	a.drop(fmt.Errorf("codex app-server stopped answering (no answer to a health call within %v); it was killed", a.healthTimeout()))
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 4*a.cfg.StopGrace)
+		defer cancel()
+		if err := p.Kill(ctx); err != nil {
+			a.log.Warn("killing a hung codex app-server", "pid", p.PID(), "err", err)
+		}
+	}()
 }
 
 // goStop stops a process on a goroutine the actor owns.

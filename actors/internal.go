@@ -161,6 +161,17 @@ type roundNote struct{ note *codexrpc.Notification }
 // questionAsked surfaces a requestUserInput question to the round.
 type questionAsked struct{ text string }
 
+// checkHealth asks the codex actor to make sure the process of generation
+// gen still answers: a call to it ran out of time.
+type checkHealth struct{ gen uint64 }
+
+// healthChecked is the end of a health call to the process of generation
+// gen: nil when it answered.
+type healthChecked struct {
+	gen uint64
+	err error
+}
+
 // codexLost tells a round its process died.
 type codexLost struct{ err error }
 

@@ -19,6 +19,7 @@ type Metrics struct {
 	RemoteRejected *prometheus.CounterVec // messages refused by reason: unknown, malformed, invalid
 	Users          prometheus.Gauge       // user actors alive
 	RoundsInFlight prometheus.Gauge       // rounds running: started, no verdict yet
+	Hung           prometheus.Counter     // app-servers killed because they stopped answering (also in Deaths)
 }
 
 // NewMetrics makes the collectors and registers them with reg (nil: not
@@ -62,6 +63,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		RoundsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "supervisor_rounds_in_flight", Help: "Rounds running now: started and not yet given their verdict (queued ones excluded).",
 		}),
+		Hung: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "supervisor_app_server_hung_total", Help: "codex app-server processes killed because they stopped answering a health call (also counted in deaths).",
+		}),
 	}
 	// Every label set exists from the start at zero, so that rate() and
 	// alerts see a series before its first event.
@@ -78,6 +82,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.RemoteRejected.WithLabelValues(r)
 	}
 	if reg != nil {
+		reg.MustRegister(m.Hung)
 		reg.MustRegister(m.Rounds, m.FirstDelta, m.RoundDuration, m.LiveAppServers, m.Starts,
 			m.Deaths, m.Restarts, m.Evictions, m.Logins, m.RemoteRejected, m.Users, m.RoundsInFlight)
 	}

@@ -38,6 +38,7 @@ type roundActor struct {
 	threadID  string
 	turnID    string
 	client    *codexrpc.Client
+	gen       uint64 // the generation of the process client talks to
 	resumed   bool
 	fellBack  bool
 	interrupt bool // asked before the turn had an id
@@ -133,7 +134,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.emit(messages.RoundEvent{Kind: messages.KindStatus, Text: messages.StatusStartingCodex})
 		}
 	case clientReady:
-		r.client = m.client
+		r.client, r.gen = m.client, m.gen
 	case threadOpened:
 		r.threadID, r.resumed, r.fellBack = m.threadID, m.resumed, m.fellBack
 	case turnStarted:
@@ -368,16 +369,26 @@ func (r *roundActor) onInterrupt(c *actor.Context) {
 	r.interruptTurn(sender)
 }
 
+// suspect asks the codex actor for a health call when a call to the
+// process of generation gen ran out of time: a hung app-server is replaced
+// rather than failing every later round by timeout.
+func (r *roundActor) suspect(gen uint64, err error) {
+	if errors.Is(err, context.DeadlineExceeded) {
+		r.engine.Send(r.codex, checkHealth{gen: gen})
+	}
+}
+
 // interruptTurn calls turn/interrupt on a goroutine; the verdict comes with
 // turn/completed (interrupted).
 func (r *roundActor) interruptTurn(reply *actor.PID) {
-	client, threadID, turnID := r.client, r.threadID, r.currentTurn()
+	client, gen, threadID, turnID := r.client, r.gen, r.threadID, r.currentTurn()
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CallTimeout)
 		defer cancel()
 		err := client.TurnInterrupt(ctx, threadID, turnID)
+		r.suspect(gen, err)
 		ans := messages.RoundControlled{RoundID: r.req.RoundID, OK: err == nil}
 		if err != nil {
 			ans.Error = err.Error()
@@ -392,7 +403,7 @@ func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, Error: "no running turn to steer yet"}, r.log)
 		return
 	}
-	client, p := r.client, codexrpc.TurnSteerParams{
+	client, gen, p := r.client, r.gen, codexrpc.TurnSteerParams{
 		ThreadID: r.threadID, ExpectedTurnID: r.currentTurn(),
 		Input: codexrpc.TextInput(m.Text), ClientUserMessageID: m.ClientMessageID,
 	}
@@ -402,6 +413,7 @@ func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CallTimeout)
 		defer cancel()
 		_, err := client.TurnSteer(ctx, p)
+		r.suspect(gen, err)
 		ans := messages.RoundControlled{RoundID: r.req.RoundID, OK: err == nil}
 		if err != nil {
 			ans.Error = err.Error()
@@ -453,17 +465,20 @@ func (r *roundActor) drive(ctx context.Context) {
 		// settings (the MCP overlay and its token among them): unload it
 		// first, so this round's settings apply. Not loaded is fine.
 		cctx, cancel := call()
-		if err := client.ThreadUnsubscribe(cctx, threadID); err != nil && !errors.Is(err, codexrpc.ErrClosed) {
+		err := client.ThreadUnsubscribe(cctx, threadID)
+		r.suspect(ready.gen, err)
+		if err != nil && !errors.Is(err, codexrpc.ErrClosed) {
 			r.log.Debug("unsubscribing the thread before resuming it", "err", err)
 		}
 		cancel()
 		cctx, cancel = call()
-		_, err := client.ThreadResume(cctx, codexrpc.ThreadResumeParams{
+		_, err = client.ThreadResume(cctx, codexrpc.ThreadResumeParams{
 			ThreadID: threadID, Cwd: r.cfg.Workspace, Sandbox: r.cfg.Sandbox,
 			ApprovalPolicy: r.cfg.ApprovalPolicy, DeveloperInstructions: r.req.DeveloperInstructions,
 			Config: overlay, ExcludeTurns: true,
 		})
 		cancel()
+		r.suspect(ready.gen, err)
 		switch cls := codexrpc.Classify(err); {
 		case err == nil:
 			resumed = true
@@ -484,6 +499,7 @@ func (r *roundActor) drive(ctx context.Context) {
 			DeveloperInstructions: r.req.DeveloperInstructions, Config: overlay,
 		})
 		cancel()
+		r.suspect(ready.gen, err)
 		if err != nil {
 			fail(messages.StatusFailed, fmt.Errorf("starting a codex thread: %w", err))
 			return
@@ -503,6 +519,7 @@ func (r *roundActor) drive(ctx context.Context) {
 		Model: r.req.Model, Effort: r.req.Effort, ClientUserMessageID: r.req.ClientMessageID,
 	})
 	cancel()
+	r.suspect(ready.gen, err)
 	if err != nil {
 		r.engine.Send(r.codex, unsubscribe{threadID: threadID, round: r.self})
 		fail(messages.StatusFailed, fmt.Errorf("starting the turn: %w", err))
@@ -513,8 +530,9 @@ func (r *roundActor) drive(ctx context.Context) {
 		// Only now does the thread have a turn, and so a rollout to resume.
 		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: threadID})
 		cctx, cancel := call()
-		if err := client.ThreadNameSet(cctx, threadID, "mw-"+store.KeyPrefix(r.req.Thread)); err != nil &&
-			!errors.Is(err, codexrpc.ErrClosed) {
+		err := client.ThreadNameSet(cctx, threadID, "mw-"+store.KeyPrefix(r.req.Thread))
+		r.suspect(ready.gen, err)
+		if err != nil && !errors.Is(err, codexrpc.ErrClosed) {
 			r.log.Debug("naming the thread", "err", err)
 		}
 		cancel()

@@ -3,6 +3,7 @@ package codexrpc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -120,4 +121,17 @@ func (c *Client) LoginCancel(ctx context.Context, loginID string) (string, error
 // wants "params":null (the CLI accepts {} too, but the schema does not).
 func (c *Client) Logout(ctx context.Context) error {
 	return c.Conn.Call(ctx, MethodLogout, json.RawMessage("null"), nil)
+}
+
+// Ping makes the cheapest call the CLI answers on its own, with no model
+// and no disk involved (thread/loaded/list). Any answer, an error answer
+// included, shows the process still reads and writes; only a transport
+// failure or ctx's end is returned.
+func (c *Client) Ping(ctx context.Context) error {
+	err := c.Conn.Call(ctx, MethodThreadLoadedList, struct{}{}, nil)
+	var we *WireError
+	if errors.As(err, &we) {
+		return nil
+	}
+	return err
 }

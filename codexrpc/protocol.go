@@ -4,21 +4,22 @@ import "encoding/json"
 
 // Methods the daemon calls.
 const (
-	MethodInitialize    = "initialize"
-	MethodInitialized   = "initialized" // a notification from the client
-	MethodThreadStart   = "thread/start"
-	MethodThreadResume  = "thread/resume"
-	MethodThreadNameSet = "thread/name/set"
-	MethodThreadRead    = "thread/read"
-	MethodThreadUnsub   = "thread/unsubscribe"
-	MethodTurnStart     = "turn/start"
-	MethodTurnInterrupt = "turn/interrupt"
-	MethodTurnSteer     = "turn/steer"
-	MethodModelList     = "model/list"
-	MethodAccountRead   = "account/read"
-	MethodLoginStart    = "account/login/start"
-	MethodLoginCancel   = "account/login/cancel"
-	MethodLogout        = "account/logout"
+	MethodInitialize       = "initialize"
+	MethodInitialized      = "initialized" // a notification from the client
+	MethodThreadStart      = "thread/start"
+	MethodThreadResume     = "thread/resume"
+	MethodThreadNameSet    = "thread/name/set"
+	MethodThreadRead       = "thread/read"
+	MethodThreadUnsub      = "thread/unsubscribe"
+	MethodThreadLoadedList = "thread/loaded/list"
+	MethodTurnStart        = "turn/start"
+	MethodTurnInterrupt    = "turn/interrupt"
+	MethodTurnSteer        = "turn/steer"
+	MethodModelList        = "model/list"
+	MethodAccountRead      = "account/read"
+	MethodLoginStart       = "account/login/start"
+	MethodLoginCancel      = "account/login/cancel"
+	MethodLogout           = "account/logout"
 )
 
 // Notifications the daemon reads. Anything else is ignored.

@@ -1,0 +1,123 @@
+package actors
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/testkit/fakeappserver"
+)
+
+// counterValue reads a counter.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := c.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d.GetCounter().GetValue()
+}
+
+// stopGroup SIGSTOPs an app-server's process group: it is alive and its
+// pipes are open, but it answers nothing (a hung CLI, as kill -STOP shows).
+func stopGroup(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP %d: %v", pid, err)
+	}
+}
+
+// A round waiting on an app-server that stops answering mid-turn gets its
+// verdict from the periodic health call (not from the stall deadline, ten
+// minutes off); the process is killed, counted as hung, and the next round
+// runs on a fresh one.
+func TestHungAppServerReplacedMidRound(t *testing.T) {
+	const callTimeout = time.Second
+	m := NewMetrics(nil)
+	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}),
+		func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
+	c := h.caller()
+	h.roundAsync(c, messages.StartRound{User: "alice", Thread: "mesh/h", Text: "hi", RoundID: "h-1"})
+	c.waitFirstEvent(t, "h-1", waitFor)
+	pid := liveAppServerPID(t, h, "alice")
+	stopGroup(t, pid)
+	start := time.Now()
+	r := c.collect(t, "h-1", 30*time.Second)
+	took := time.Since(start)
+	mustStatus(t, r, messages.StatusFailed)
+	if !strings.Contains(r.verdict.Error, "stopped answering") {
+		t.Errorf("verdict error %q does not say the app-server stopped answering", r.verdict.Error)
+	}
+	// Silent for a call's length, then a health call of at most that long,
+	// noticed within a tick (a quarter of it).
+	if limit := 3*callTimeout + 2*time.Second; took > limit {
+		t.Errorf("the hung app-server was noticed after %v, want within %v", took, limit)
+	}
+	waitGone(t, pid, waitFor)
+	if got := counterValue(t, m.Hung); got != 1 {
+		t.Errorf("hung app-servers counted = %v, want 1", got)
+	}
+	if got := counterValue(t, m.Deaths); got != 1 {
+		t.Errorf("deaths counted = %v, want 1", got)
+	}
+	h.heldRound(c, messages.StartRound{User: "alice", Thread: "mesh/h", Text: "again", RoundID: "h-2"})
+	if got := liveAppServerPID(t, h, "alice"); got == pid {
+		t.Errorf("the next round ran on the hung app-server %d", pid)
+	}
+	if got := counterValue(t, m.Restarts); got != 1 {
+		t.Errorf("restarts counted = %v, want 1", got)
+	}
+}
+
+// An app-server that stops answering between rounds fails one round by its
+// call deadline, then is killed by the health call that deadline asks for:
+// the round after it completes on a fresh process and resumes the thread,
+// instead of every later round failing by timeout until idle eviction.
+func TestHungAppServerReplacedBetweenRounds(t *testing.T) {
+	const callTimeout = time.Second
+	m := NewMetrics(nil)
+	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}),
+		func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
+	c := h.caller()
+	r1 := h.round(c, messages.StartRound{User: "bob", Thread: "mesh/b", Text: "one"})
+	mustStatus(t, r1, messages.StatusCompleted)
+	pid := liveAppServerPID(t, h, "bob")
+	stopGroup(t, pid)
+	r2 := h.round(c, messages.StartRound{User: "bob", Thread: "mesh/b", Text: "two"})
+	mustStatus(t, r2, messages.StatusFailed)
+	waitGone(t, pid, waitFor)
+	r3 := h.round(c, messages.StartRound{User: "bob", Thread: "mesh/b", Text: "three"})
+	mustStatus(t, r3, messages.StatusCompleted)
+	if !r3.verdict.Resumed || r3.verdict.CodexThreadID != r1.verdict.CodexThreadID {
+		t.Errorf("the round after the hang did not resume the thread: %+v (first %+v)", r3.verdict, r1.verdict)
+	}
+	if got := counterValue(t, m.Hung); got != 1 {
+		t.Errorf("hung app-servers counted = %v, want 1", got)
+	}
+}
+
+// A method the app-server never answers is not a hung app-server: the
+// health call its deadline asks for is answered, and nothing is killed.
+func TestSlowMethodIsNotHung(t *testing.T) {
+	const callTimeout = time.Second
+	m := NewMetrics(nil)
+	h, _ := supHarness(t, withFake(t, fakeappserver.Config{HangOnMethod: "thread/start"}),
+		func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
+	c := h.caller()
+	r := h.round(c, messages.StartRound{User: "carol", Thread: "mesh/s", Text: "hi"})
+	mustStatus(t, r, messages.StatusFailed)
+	pid := liveAppServerPID(t, h, "carol")
+	r = h.round(c, messages.StartRound{User: "carol", Thread: "mesh/s", Text: "hi"})
+	mustStatus(t, r, messages.StatusFailed)
+	if got := liveAppServerPID(t, h, "carol"); got != pid {
+		t.Errorf("the app-server was replaced (%d → %d) though it answered", pid, got)
+	}
+	if got := counterValue(t, m.Hung) + counterValue(t, m.Deaths); got != 0 {
+		t.Errorf("hung + deaths counted = %v, want 0", got)
+	}
+}
