@@ -89,8 +89,15 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 		}}), nil
 	case codexrpc.NoteError:
 		var e codexrpc.ErrorNotification
-		if json.Unmarshal(n.Params, &e) != nil || e.WillRetry {
-			return nil, nil // a retried error is not a verdict
+		if json.Unmarshal(n.Params, &e) != nil {
+			return nil, nil
+		}
+		if e.WillRetry { // not a verdict, but the caller should know
+			text := e.Error.Message
+			if d := e.Error.AdditionalDetails; d != nil && *d != "" {
+				text += ": " + *d
+			}
+			return one(messages.RoundEvent{Kind: messages.KindRetry, Text: text}), nil
 		}
 		return one(messages.RoundEvent{Kind: messages.KindError, Text: e.Error.Message}), nil
 	case codexrpc.NoteModelRerouted:
@@ -279,4 +286,15 @@ func clip(s string, n int) string {
 		i--
 	}
 	return s[:i] + "…[truncated]"
+}
+
+// isProgress reports whether a notification shows the turn moving. An
+// upstream error the CLI retries does not: a model that never answers
+// would otherwise hold its round past the stall deadline for ever.
+func isProgress(n *codexrpc.Notification) bool {
+	if n.Method != codexrpc.NoteError {
+		return true
+	}
+	var e codexrpc.ErrorNotification
+	return json.Unmarshal(n.Params, &e) != nil || !e.WillRetry
 }

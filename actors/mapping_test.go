@@ -93,8 +93,12 @@ func TestMapperRows(t *testing.T) {
 			in:    note("thread/tokenUsage/updated", `{"turnId":"u","tokenUsage":{"total":{"totalTokens":262,"inputTokens":250,"cachedInputTokens":140,"outputTokens":12,"reasoningOutputTokens":3},"last":{"totalTokens":157,"inputTokens":150,"cachedInputTokens":100,"outputTokens":7,"reasoningOutputTokens":3}}}`),
 			want: []messages.RoundEvent{{Kind: messages.KindUsage, Usage: &messages.Usage{
 				InputTokens: 150, CachedInputTokens: 100, OutputTokens: 7, ReasoningOutputTokens: 3, TotalTokens: 157}}}},
-		{name: "retried error is not surfaced",
-			in: note("error", `{"error":{"message":"Reconnecting... 1/2"},"willRetry":true}`)},
+		{name: "retried error is a retry event",
+			in:   note("error", `{"error":{"message":"Reconnecting... 1/2"},"willRetry":true}`),
+			want: []messages.RoundEvent{{Kind: messages.KindRetry, Text: "Reconnecting... 1/2"}}},
+		{name: "retried error names its cause",
+			in:   note("error", `{"error":{"message":"Reconnecting... 2/5","additionalDetails":"stream disconnected"},"willRetry":true}`),
+			want: []messages.RoundEvent{{Kind: messages.KindRetry, Text: "Reconnecting... 2/5: stream disconnected"}}},
 		{name: "final error",
 			in:   note("error", `{"error":{"message":"Quota exceeded.","codexErrorInfo":"usageLimitExceeded"},"willRetry":false}`),
 			want: []messages.RoundEvent{{Kind: messages.KindError, Text: "Quota exceeded."}}},
@@ -197,5 +201,23 @@ func TestPolicy(t *testing.T) {
 				t.Errorf("question = %q, want %q", q, tt.question)
 			}
 		})
+	}
+}
+
+func TestIsProgress(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   *codexrpc.Notification
+		want bool
+	}{
+		{"delta", note("item/agentMessage/delta", `{"threadId":"t","turnId":"u","itemId":"i","delta":"x"}`), true},
+		{"final error", note("error", `{"error":{"message":"Quota exceeded."},"willRetry":false}`), true},
+		{"retried error", note("error", `{"error":{"message":"Reconnecting... 1/5"},"willRetry":true}`), false},
+		{"unreadable error", note("error", `[`), true},
+		{"turn completed", note("turn/completed", `{"threadId":"t","turn":{"id":"u","status":"completed"}}`), true},
+	} {
+		if got := isProgress(tt.in); got != tt.want {
+			t.Errorf("%s: isProgress = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

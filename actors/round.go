@@ -147,7 +147,9 @@ func (r *roundActor) Receive(c *actor.Context) {
 		if r.done {
 			return
 		}
-		r.lastProgress = time.Now()
+		if isProgress(m.note) {
+			r.lastProgress = time.Now()
+		}
 		if m.note.Method == codexrpc.NoteTurnStarted {
 			r.turnBegun = true // the CLI holds the user's message now
 		}

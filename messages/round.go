@@ -78,6 +78,7 @@ const (
 	KindNotice     EventKind = "notice"      // Text is an informational notice.
 	KindError      EventKind = "error"       // Text is a non-fatal error; the verdict is in RoundFinished.
 	KindQuestion   EventKind = "question"    // Text is a question codex asks the user.
+	KindRetry      EventKind = "retry"       // Text is an upstream error codex retries ("Reconnecting... 2/5: …"); the round goes on.
 	// KindStatus: Text says what the daemon does before the turn runs;
 	// "starting codex" while the user's app-server starts (seconds on a
 	// first round), so that a caller can say so instead of showing nothing.

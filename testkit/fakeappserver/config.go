@@ -71,6 +71,13 @@ type Fake struct {
 	// HangOnMethod requests are never answered (and have no effect). The
 	// fake keeps serving everything else.
 	HangOnMethod string `json:"hangOnMethod,omitempty"`
+	// UpstreamRetryMs makes every turn stand for a model that never
+	// answers while the CLI keeps retrying: after its user message the turn
+	// streams no item, only an `error` notification with willRetry true
+	// ("Reconnecting... n/5", additionalDetails "stream disconnected before
+	// completion: fake upstream", n cycling 1..5) every this many
+	// milliseconds, until turn/interrupt.
+	UpstreamRetryMs int `json:"upstreamRetryMs,omitempty"`
 	// StderrLines are written to stderr when Serve starts and again just
 	// before it returns, e.g. fake secrets for redaction tests.
 	StderrLines []string `json:"stderrLines,omitempty"`

@@ -101,10 +101,21 @@ func (f *Fake) Serve(ctx context.Context, r io.Reader, w io.Writer, stderr io.Wr
 		}
 	}()
 
+	var retries <-chan time.Time
+	if f.UpstreamRetryMs > 0 {
+		t := time.NewTicker(time.Duration(f.UpstreamRetryMs) * time.Millisecond)
+		defer t.Stop()
+		retries = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-retries:
+			s.retryTick()
+			if s.werr != nil {
+				return fmt.Errorf("writing: %w", s.werr)
+			}
 		case line := <-lines:
 			if err := s.handleLine(line); err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -399,5 +400,32 @@ func waitFor(t *testing.T, cond func() bool, c *conn) {
 			t.Fatalf("condition not met within %v; stderr:\n%s", timeout, c.stderr)
 		case <-changed:
 		}
+	}
+}
+
+func TestUpstreamRetryMs(t *testing.T) {
+	c := serve(t, fakeappserver.Fake{UpstreamRetryMs: 5})
+	c.initialize()
+	thread := c.startThread()
+	res, _ := c.callOK("turn/start", map[string]any{"threadId": thread, "input": textInput("hi")})
+	turnID := str(res, "turn", "id")
+	for i := 1; i <= 6; i++ {
+		e, before := c.until("error")
+		for _, m := range before {
+			if strings.HasPrefix(m.Method, "item/agentMessage") {
+				t.Fatalf("a retrying turn streamed an answer: %v", m)
+			}
+		}
+		if got, want := str(e.Params, "error", "message"), fmt.Sprintf("Reconnecting... %d/5", (i-1)%5+1); got != want {
+			t.Errorf("retry %d: message %q, want %q", i, got, want)
+		}
+		if dig(e.Params, "willRetry") != true || str(e.Params, "turnId") != turnID {
+			t.Errorf("retry %d: %v, want willRetry for turn %s", i, e, turnID)
+		}
+	}
+	c.callOK("turn/interrupt", map[string]any{"threadId": thread, "turnId": turnID})
+	done, _ := c.until("turn/completed")
+	if str(done.Params, "turn", "status") != "interrupted" {
+		t.Errorf("turn/completed after the interrupt: %v", done)
 	}
 }

@@ -24,6 +24,8 @@ type turn struct {
 	waiting     *pendingRequest
 	held        bool
 	steered     bool
+	retrying    bool // UpstreamRetryMs: held, sending retried errors
+	retries     int
 	items       []any // completed agent messages, for turn/completed
 }
 
@@ -175,9 +177,32 @@ func (s *session) turnStart(id, params json.RawMessage) {
 			s.notify(method, obj{"threadId": th.id, "turnId": t.id})
 		})
 	}
+	if s.f.UpstreamRetryMs > 0 {
+		t.steps = append(t.steps, func() { t.held, t.retrying = true, true })
+	}
 	t.steps = append(t.steps, s.messageSteps(t)...)
 	t.steps = append(t.steps, func() { s.finish(t, "completed") })
 	s.advance(t)
+}
+
+// retryTick sends the next retried error of every turn that waits on an
+// upstream that never answers (UpstreamRetryMs).
+func (s *session) retryTick() {
+	for _, th := range s.threads {
+		t := th.turn
+		if t == nil || !t.retrying {
+			continue
+		}
+		t.retries++
+		s.notify("error", obj{
+			"error": obj{
+				"message":           fmt.Sprintf("Reconnecting... %d/5", (t.retries-1)%5+1),
+				"codexErrorInfo":    nil,
+				"additionalDetails": "stream disconnected before completion: fake upstream",
+			},
+			"willRetry": true, "threadId": th.id, "turnId": t.id,
+		})
+	}
 }
 
 // splitWords splits text after each run of spaces, keeping the spaces with
