@@ -83,9 +83,10 @@ type releaseClient struct{ gen uint64 }
 // threadOpened tells a round which codex thread it runs in, before any of
 // the thread's notifications can reach it.
 type threadOpened struct {
-	threadID string
-	resumed  bool
-	fellBack bool
+	threadID    string
+	resumed     bool
+	fellBack    bool
+	contextLost bool
 }
 
 // unpinClient ends a pin.
@@ -183,12 +184,27 @@ type lookupThread struct {
 type threadLookup struct {
 	threadID string
 	turns    []store.Turn // the journal, for a transcript
+	damaged  bool         // the record or the journal was damaged or unreadable
+	notSaved []string     // earlier writes retried now and failing still
 }
-type recordThread struct{ key, threadID string }
+
+// recordThread and appendTurns are answered with saved, to round.
+type recordThread struct {
+	key, threadID string
+	round         *actor.PID
+}
 type forgetThread struct{ key string }
 type appendTurns struct {
 	key   string
 	turns []store.Turn
+	round *actor.PID
+}
+
+// saved answers a write to the registry: err is why what was not written
+// (kept in memory and retried on the thread's next round).
+type saved struct {
+	what string
+	err  error
 }
 
 // Round actor messages.

@@ -59,6 +59,9 @@ func runStubRound(t *testing.T, key string, onSubscribe func(c *actor.Context, m
 			m.reply <- threadLookup{}
 		case appendTurns:
 			tree.journal <- m
+			c.Send(m.round, saved{what: "journal"})
+		case recordThread:
+			c.Send(m.round, saved{what: "thread record"})
 		}
 	}, "registry")
 	callerPID := e.SpawnFunc(func(c *actor.Context) {

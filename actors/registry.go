@@ -23,7 +23,16 @@ type registryActor struct {
 	journal *store.Journal
 	home    string
 	log     *slog.Logger
+
+	// Writes that failed, kept for the thread's next round, which retries
+	// them (and meanwhile reads them from here).
+	unsavedRecords map[string]string
+	unsavedTurns   map[string][]store.Turn
 }
+
+// maxUnsavedTurns bounds the turns kept in memory for a journal that
+// cannot be written.
+const maxUnsavedTurns = 64
 
 func newRegistryActor(cfg *Config, user, home string) actor.Producer {
 	return func() actor.Receiver {
@@ -32,6 +41,9 @@ func newRegistryActor(cfg *Config, user, home string) actor.Producer {
 			journal: store.NewJournal(filepath.Dir(home)),
 			home:    home,
 			log:     cfg.Logger.With("user", userTag(user), "actor", "registry"),
+
+			unsavedRecords: make(map[string]string),
+			unsavedTurns:   make(map[string][]store.Turn),
 		}
 	}
 }
@@ -44,18 +56,46 @@ func (a *registryActor) Receive(c *actor.Context) {
 	case lookupThread:
 		m.reply <- a.lookup(m.key)
 	case recordThread:
-		if err := a.reg.Record(m.key, m.threadID); err != nil {
-			a.log.Error("recording thread", "thread", store.KeyPrefix(m.key), "err", err)
+		err := a.record(m.key, m.threadID)
+		if m.round != nil {
+			c.Send(m.round, saved{what: "thread record", err: err})
 		}
 	case forgetThread:
+		delete(a.unsavedRecords, m.key)
 		if err := a.reg.Forget(m.key); err != nil {
 			a.log.Error("forgetting thread", "thread", store.KeyPrefix(m.key), "err", err)
 		}
 	case appendTurns:
-		if err := a.journal.Append(m.key, m.turns...); err != nil {
-			a.log.Error("appending to the journal", "thread", store.KeyPrefix(m.key), "err", err)
+		err := a.appendTurns(m.key, m.turns)
+		if m.round != nil {
+			c.Send(m.round, saved{what: "journal", err: err})
 		}
 	}
+}
+
+// record writes a thread record; one that cannot be written is kept for
+// the thread's next round.
+func (a *registryActor) record(key, threadID string) error {
+	if err := a.reg.Record(key, threadID); err != nil {
+		a.log.Error("recording thread", "thread", store.KeyPrefix(key), "err", err)
+		a.unsavedRecords[key] = threadID
+		return err
+	}
+	delete(a.unsavedRecords, key)
+	return nil
+}
+
+// appendTurns appends turns to the journal after those an earlier append
+// could not write; what cannot be written is kept for the next round.
+func (a *registryActor) appendTurns(key string, turns []store.Turn) error {
+	all := append(a.unsavedTurns[key], turns...)
+	if err := a.journal.Append(key, all...); err != nil {
+		a.log.Error("appending to the journal", "thread", store.KeyPrefix(key), "err", err)
+		a.unsavedTurns[key] = all[max(0, len(all)-maxUnsavedTurns):]
+		return err
+	}
+	delete(a.unsavedTurns, key)
+	return nil
 }
 
 // removeStaleTemps deletes the temporary files of writes a killed daemon
@@ -72,29 +112,49 @@ func (a *registryActor) removeStaleTemps() {
 	}
 }
 
+// lookup reads what the registry knows of a mesh thread, retrying first
+// the writes an earlier round could not make.
 func (a *registryActor) lookup(key string) threadLookup {
 	var out threadLookup
+	if id, ok := a.unsavedRecords[key]; ok {
+		if err := a.record(key, id); err != nil {
+			out.notSaved = append(out.notSaved, "thread record: "+err.Error())
+		}
+	}
+	if len(a.unsavedTurns[key]) > 0 {
+		if err := a.appendTurns(key, nil); err != nil {
+			out.notSaved = append(out.notSaved, "journal: "+err.Error())
+		}
+	}
 	id, err := a.reg.Lookup(key)
 	switch {
 	case errors.Is(err, store.ErrCorrupt):
 		a.log.Warn("thread record damaged; starting a fresh thread", "thread", store.KeyPrefix(key), "err", err)
+		out.damaged = true
 	case err != nil:
 		a.log.Error("reading thread record", "thread", store.KeyPrefix(key), "err", err)
+		out.damaged = true
 	default:
 		out.threadID = id
+	}
+	if id, ok := a.unsavedRecords[key]; ok {
+		out.threadID, out.damaged = id, false // known here, not yet on disk
 	}
 	turns, err := a.journal.Turns(key)
 	switch {
 	case errors.Is(err, store.ErrCorrupt):
 		a.log.Warn("journal damaged; it starts over", "thread", store.KeyPrefix(key), "err", err)
+		out.damaged = true
 		if ferr := a.journal.Forget(key); ferr != nil {
 			a.log.Error("removing damaged journal", "err", ferr)
 		}
 	case err != nil:
 		a.log.Error("reading journal", "thread", store.KeyPrefix(key), "err", err)
+		out.damaged = true
 	default:
 		out.turns = turns
 	}
+	out.turns = append(out.turns, a.unsavedTurns[key]...)
 	return out
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -41,7 +42,15 @@ type roundActor struct {
 	gen       uint64 // the generation of the process client talks to
 	resumed   bool
 	fellBack  bool
+	lostCtx   bool // a fresh thread without the mesh thread's earlier turns
 	interrupt bool // asked before the turn had an id
+
+	// The verdict waits for the registry's answers to the round's writes
+	// (see finish); what could not be written is named in it.
+	verdict   *messages.RoundFinished
+	saving    int
+	notSaved  []string
+	concluded bool
 
 	// The outbox toward the caller (see emit).
 	pending     []messages.RoundEvent
@@ -67,6 +76,7 @@ type roundActor struct {
 type (
 	flushOutbox struct{}
 	stallTick   struct{}
+	savesLate   struct{} // the registry did not answer the round's writes in time
 )
 
 func newRoundActor(cfg *Config, req roundRequest, id string, codex, registry *actor.PID) actor.Producer {
@@ -113,6 +123,9 @@ func (r *roundActor) Receive(c *actor.Context) {
 		if !r.done {
 			r.finish(messages.StatusInterrupted, "the daemon is stopping", "")
 		}
+		if !r.concluded { // the registry's answers cannot come any more
+			r.conclude()
+		}
 	case flushOutbox:
 		r.flushArmed = false
 		r.flush(false)
@@ -136,7 +149,27 @@ func (r *roundActor) Receive(c *actor.Context) {
 	case clientReady:
 		r.client, r.gen = m.client, m.gen
 	case threadOpened:
-		r.threadID, r.resumed, r.fellBack = m.threadID, m.resumed, m.fellBack
+		r.threadID, r.resumed, r.fellBack, r.lostCtx = m.threadID, m.resumed, m.fellBack, m.contextLost
+	case threadLookup:
+		r.notSaved = append(r.notSaved, m.notSaved...) // earlier rounds' writes, failing still
+	case recordThread:
+		// From the driver: the thread has its first turn now. The verdict
+		// waits for the registry's answer.
+		r.saving++
+		r.engine.Send(r.registry, recordThread{key: m.key, threadID: m.threadID, round: r.self})
+	case saved:
+		r.saving--
+		if m.err != nil {
+			r.notSaved = append(r.notSaved, m.what+": "+m.err.Error())
+		}
+		if r.done && r.saving <= 0 && !r.concluded {
+			r.conclude()
+		}
+	case savesLate:
+		if !r.concluded {
+			r.notSaved = append(r.notSaved, fmt.Sprintf("the registry did not answer within %v", r.cfg.CallTimeout))
+			r.conclude()
+		}
 	case turnStarted:
 		r.turnID, r.turnBegun = m.turnID, true
 		if r.interrupt {
@@ -309,12 +342,44 @@ func (r *roundActor) turnEnded(end *turnEnd) {
 	}
 }
 
-// finish sends the verdict, once, and winds the round down.
+// finish decides the verdict, once: it stops the round's work, hands the
+// journal what the turn left, and sends the verdict (conclude) once the
+// registry has answered the round's writes, so that the verdict can say
+// what was not saved.
 func (r *roundActor) finish(status messages.VerdictStatus, errText, info string) {
 	if r.done {
 		return
 	}
 	r.done = true
+	if r.overflowed && status == messages.StatusInterrupted {
+		errText = fmt.Sprintf("the caller could not keep up; the round was interrupted (%d events dropped)", r.dropped)
+	}
+	r.ticker.Stop()
+	r.verdict = &messages.RoundFinished{
+		RoundID: r.req.RoundID, Thread: r.req.Thread, Status: status,
+		Error: errText, CodexErrorInfo: info,
+	}
+	if r.turnBegun {
+		// The CLI keeps the user's message in the thread whatever the end;
+		// the journal keeps what the transcript fallback needs.
+		turns := []store.Turn{{Role: store.RoleUser, Text: r.req.Text}}
+		if a := r.mapper.Answer(); a != "" {
+			turns = append(turns, store.Turn{Role: store.RoleAssistant, Text: a})
+		}
+		r.saving++
+		r.engine.Send(r.registry, appendTurns{key: r.req.Thread, turns: turns, round: r.self})
+	}
+	if r.saving > 0 {
+		engine, self := r.engine, r.self
+		time.AfterFunc(r.cfg.CallTimeout, func() { engine.Send(self, savesLate{}) })
+		return
+	}
+	r.conclude()
+}
+
+// conclude sends the verdict and winds the round down.
+func (r *roundActor) conclude() {
+	r.concluded = true
 	defer r.req.settle(r.cfg)
 	// Winding down happens whatever fails below: the thread must be freed
 	// for its next round and the subscription dropped.
@@ -325,36 +390,22 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		r.engine.Send(r.parent, roundDone{key: r.req.Thread, roundID: r.req.RoundID})
 		r.engine.Poison(r.self)
 	}()
-	if r.overflowed && status == messages.StatusInterrupted {
-		errText = fmt.Sprintf("the caller could not keep up; the round was interrupted (%d events dropped)", r.dropped)
-	}
-
-	r.ticker.Stop()
+	v := *r.verdict
+	v.CodexThreadID, v.Resumed, v.FellBack, v.ContextLost = r.threadID, r.resumed, r.fellBack, r.lostCtx
+	v.NotSaved = strings.Join(r.notSaved, "; ")
 	took := time.Since(r.startedAt)
 	r.cfg.Metrics.RoundsInFlight.Dec()
-	r.cfg.Metrics.Rounds.WithLabelValues(string(status)).Inc()
+	r.cfg.Metrics.Rounds.WithLabelValues(string(v.Status)).Inc()
 	r.cfg.Metrics.RoundDuration.Observe(took.Seconds())
 	if r.req.replyTo != nil && r.req.replyTo.Address != r.engine.Address() {
 		r.engine.Unsubscribe(r.self)
 	}
 	if !r.callerGone { // nothing more goes to a caller that is gone
 		r.flush(true) // every event goes before the verdict
-		deliver(r.engine, r.req.replyTo, messages.RoundFinished{
-			RoundID: r.req.RoundID, Thread: r.req.Thread, Status: status,
-			Error: errText, CodexErrorInfo: info, CodexThreadID: r.threadID,
-			Resumed: r.resumed, FellBack: r.fellBack,
-		}, r.log)
+		deliver(r.engine, r.req.replyTo, v, r.log)
 	}
-	r.log.Info("round finished", "status", status, "duration", took, "resumed", r.resumed, "fell_back", r.fellBack)
-	if r.turnBegun {
-		// The CLI keeps the user's message in the thread whatever the end;
-		// the journal keeps what the transcript fallback needs.
-		turns := []store.Turn{{Role: store.RoleUser, Text: r.req.Text}}
-		if a := r.mapper.Answer(); a != "" {
-			turns = append(turns, store.Turn{Role: store.RoleAssistant, Text: a})
-		}
-		r.engine.Send(r.registry, appendTurns{key: r.req.Thread, turns: turns})
-	}
+	r.log.Info("round finished", "status", v.Status, "duration", took, "resumed", r.resumed, "fell_back", r.fellBack,
+		"context_lost", r.lostCtx, "not_saved", v.NotSaved)
 }
 
 func (r *roundActor) onInterrupt(c *actor.Context) {
@@ -459,6 +510,10 @@ func (r *roundActor) drive(ctx context.Context) {
 		return
 	}
 
+	if len(known.notSaved) > 0 {
+		r.engine.Send(r.self, known)
+	}
+
 	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, r.cfg.CallTimeout) }
 	overlay := r.overlay()
 	threadID, resumed, fellBack := known.threadID, false, false
@@ -493,7 +548,7 @@ func (r *roundActor) drive(ctx context.Context) {
 			return
 		}
 	}
-	text := r.req.Text
+	text, lostCtx := r.req.Text, false
 	if threadID == "" {
 		cctx, cancel := call()
 		started, err := client.ThreadStart(cctx, codexrpc.ThreadStartParams{
@@ -508,10 +563,13 @@ func (r *roundActor) drive(ctx context.Context) {
 		}
 		threadID = started.Thread.ID
 		text = r.seeded(known.turns)
+		// The mesh thread had a history (its record or journal was there,
+		// damaged, or its resume was refused) and none of it seeds this one.
+		lostCtx = (known.damaged || fellBack) && text == r.req.Text
 	}
 	// The round learns its thread before any of the thread's notifications
 	// can reach it: they are routed only after the subscribe, sent next.
-	r.engine.Send(r.self, threadOpened{threadID: threadID, resumed: resumed, fellBack: fellBack})
+	r.engine.Send(r.self, threadOpened{threadID: threadID, resumed: resumed, fellBack: fellBack, contextLost: lostCtx})
 	r.engine.Send(r.codex, subscribe{gen: ready.gen, threadID: threadID, round: r.self, autoApprove: r.req.AutoApprove})
 	subscribed = true
 
@@ -530,7 +588,7 @@ func (r *roundActor) drive(ctx context.Context) {
 	r.engine.Send(r.self, turnStarted{turnID: turn.ID})
 	if !resumed {
 		// Only now does the thread have a turn, and so a rollout to resume.
-		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: threadID})
+		r.engine.Send(r.self, recordThread{key: r.req.Thread, threadID: threadID})
 		cctx, cancel := call()
 		err := client.ThreadNameSet(cctx, threadID, "mw-"+store.KeyPrefix(r.req.Thread))
 		r.suspect(ready.gen, err)

@@ -1179,7 +1179,8 @@ func TestDamageRegistryAndJournal(t *testing.T) {
 		n++
 		return h.heldRound(c, messages.StartRound{User: "alice", Thread: key, Text: text, RoundID: fmt.Sprintf("dmg-%d", n)})
 	}
-	// The registry actor writes after the verdict is sent.
+	// The registry actor has written before the verdict is sent (the
+	// verdict names a failed write); these check what is on disk.
 	recorded := func(threadID string) {
 		t.Helper()
 		poll(t, waitFor, "the thread record of "+threadID, func() bool {
@@ -1227,6 +1228,9 @@ func TestDamageRegistryAndJournal(t *testing.T) {
 		if r.verdict.Resumed || r.verdict.CodexThreadID == prev || r.verdict.CodexThreadID == "" {
 			t.Errorf("%s record: verdict %+v, want a fresh thread", d.name, r.verdict)
 		}
+		if r.verdict.ContextLost || r.verdict.NotSaved != "" {
+			t.Errorf("%s record: verdict %+v, want the context kept (journal) and everything saved", d.name, r.verdict)
+		}
 		if got := lastTurnText(t, record); !strings.Contains(got, "first message") || !strings.HasSuffix(got, text) {
 			t.Errorf("%s record: the fresh thread was not seeded with the journal: %q", d.name, got)
 		}
@@ -1240,8 +1244,8 @@ func TestDamageRegistryAndJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = round("after lost rollout")
-	if !r.verdict.FellBack || r.verdict.CodexThreadID == prev {
-		t.Errorf("unknown thread: verdict %+v, want a fallback to a fresh thread", r.verdict)
+	if !r.verdict.FellBack || r.verdict.CodexThreadID == prev || r.verdict.ContextLost {
+		t.Errorf("unknown thread: verdict %+v, want a fallback to a fresh thread seeded with the journal", r.verdict)
 	}
 	if got := lastTurnText(t, record); !strings.Contains(got, "first message") {
 		t.Errorf("the fallback thread was not seeded with the journal: %q", got)
@@ -1270,8 +1274,8 @@ func TestDamageRegistryAndJournal(t *testing.T) {
 		}
 	}
 	r = round("after both")
-	if r.verdict.Resumed {
-		t.Errorf("both damaged: verdict %+v, want a fresh thread", r.verdict)
+	if r.verdict.Resumed || !r.verdict.ContextLost {
+		t.Errorf("both damaged: verdict %+v, want a fresh thread that says it lost the context", r.verdict)
 	}
 	if got := lastTurnText(t, record); got != "after both" {
 		t.Errorf("both damaged: the fresh thread got %q, want the bare message", got)

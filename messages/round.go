@@ -181,6 +181,16 @@ type RoundFinished struct {
 	// FellBack reports that the codex thread could not be resumed and a
 	// fresh one was seeded with a transcript of StartRound.History.
 	FellBack bool `msgpack:"fell_back,omitempty"`
+	// NotSaved names what the daemon could not write for this round (its
+	// thread record, its journal entry), with the error; the write is
+	// retried on the thread's next round. Until it succeeds a restarted
+	// daemon would not know the round.
+	NotSaved string `msgpack:"not_saved,omitempty"`
+	// ContextLost reports that the round ran on a fresh codex thread
+	// without the mesh thread's earlier turns: its record or journal was
+	// damaged or unreadable, or the resume was refused, and no transcript
+	// (journal or StartRound.History) was there to seed the thread with.
+	ContextLost bool `msgpack:"context_lost,omitempty"`
 }
 
 // InterruptRound asks the daemon to interrupt the running round of User on
