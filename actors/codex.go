@@ -40,6 +40,15 @@ func ProcRecordPath(home string) string {
 // start is tried until the cool-down ends.
 var ErrUnavailable = errors.New("codex app-server unavailable")
 
+// unavailable is why a round or a login cannot have the app-server: err,
+// named ErrUnavailable once (a cool-down's error already is).
+func unavailable(err error) error {
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
 // Messages the codex actor sends itself.
 type (
 	startNow struct{ gen uint64 }

@@ -167,7 +167,7 @@ func (a *loginActor) startLogin(requester *actor.PID) {
 	a.session = &loginSession{seq: seq, requesters: []*actor.PID{requester}}
 	a.goCall(true, func(ctx context.Context, client *codexrpc.Client, err error) {
 		if err != nil {
-			a.engine.Send(a.self, loginStartFailed{seq: seq, err: fmt.Errorf("codex app-server unavailable: %w", err)})
+			a.engine.Send(a.self, loginStartFailed{seq: seq, err: unavailable(err)})
 			return
 		}
 		res, err := client.LoginStart(ctx, codexrpc.LoginStartParams{Type: codexrpc.LoginDeviceCode})

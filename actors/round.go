@@ -492,7 +492,7 @@ func (r *roundActor) drive(ctx context.Context) {
 		return
 	}
 	if ready.err != nil {
-		fail(messages.StatusUnavailable, fmt.Errorf("codex app-server unavailable: %w", ready.err))
+		fail(messages.StatusUnavailable, unavailable(ready.err))
 		return
 	}
 	client := ready.client

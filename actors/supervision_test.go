@@ -560,6 +560,9 @@ func TestRestartPolicyBackoffThenCooldown(t *testing.T) {
 				t.Errorf("cool-down verdict %q does not say %q", r.verdict.Error, want)
 			}
 		}
+		if n := strings.Count(r.verdict.Error, ErrUnavailable.Error()); n != 1 {
+			t.Errorf("cool-down verdict %q names %q %d times, want once", r.verdict.Error, ErrUnavailable, n)
+		}
 		if took > time.Second {
 			t.Errorf("cool-down verdict took %v", took)
 		}
