@@ -69,8 +69,17 @@ type roundActor struct {
 	firstDelta   bool
 
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// ctrl bounds the interrupt and steer calls: each has CallTimeout, and
+	// a round that stops gives those in flight controlGrace, then cancels.
+	ctrl       context.Context
+	ctrlCancel context.CancelFunc
+	wg         sync.WaitGroup
 }
+
+// controlGrace is how long a stopping round lets an interrupt or steer
+// call in flight finish (it is on the wire already; this is the wait for
+// its answer) before cancelling it.
+const controlGrace = 2 * time.Second
 
 // Messages the round actor sends itself.
 type (
@@ -107,6 +116,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 		r.engine, r.self, r.parent = c.Engine(), c.PID(), c.Parent()
 		ctx, cancel := context.WithCancel(context.Background())
 		r.cancel = cancel
+		r.ctrl, r.ctrlCancel = context.WithCancel(context.Background())
 		r.lastProgress = time.Now()
 		r.startedAt = r.lastProgress
 		r.ticker = c.SendRepeat(c.PID(), stallTick{}, tickInterval(r.cfg.StallTimeout))
@@ -119,7 +129,10 @@ func (r *roundActor) Receive(c *actor.Context) {
 		go r.drive(ctx)
 	case actor.Stopped:
 		r.cancel()
+		late := time.AfterFunc(min(controlGrace, r.cfg.CallTimeout), r.ctrlCancel)
 		r.wg.Wait()
+		late.Stop()
+		r.ctrlCancel()
 		if !r.done {
 			r.finish(messages.StatusInterrupted, "the daemon is stopping", "")
 		}
@@ -438,7 +451,7 @@ func (r *roundActor) interruptTurn(reply *actor.PID) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CallTimeout)
+		ctx, cancel := context.WithTimeout(r.ctrl, r.cfg.CallTimeout)
 		defer cancel()
 		err := client.TurnInterrupt(ctx, threadID, turnID)
 		r.suspect(gen, err)
@@ -463,7 +476,7 @@ func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CallTimeout)
+		ctx, cancel := context.WithTimeout(r.ctrl, r.cfg.CallTimeout)
 		defer cancel()
 		_, err := client.TurnSteer(ctx, p)
 		r.suspect(gen, err)
