@@ -86,9 +86,8 @@ type codexActor struct {
 
 	leases      []time.Time // when clients were handed out and not yet subscribed or released
 	lastUse     time.Time
-	restartNext bool        // the next start follows a death
-	crashes     []time.Time // unexpected deaths within RestartWindow
-	coolUntil   time.Time
+	restartNext bool // the next start follows a death
+	restarts    restartPolicy
 	delay       *time.Timer // a backed-off start
 	lastHeard   time.Time   // the process last said something (a notification, an answer to a health call)
 	probeGen    uint64      // the generation a health call is in flight for
@@ -106,10 +105,11 @@ func newCodexActor(cfg *Config, user, home string, creds *store.Credentials) act
 	return func() actor.Receiver {
 		return &codexActor{
 			cfg: cfg, user: user, home: home, creds: creds, redact: &codexrpc.Redactor{},
-			log:   cfg.Logger.With("user", userTag(user), "actor", "codex"),
-			subs:  make(map[string]subscribe),
-			early: make(map[string][]*codexrpc.Notification),
-			live:  make(map[*codexrpc.Process]struct{}),
+			restarts: newRestartPolicy(cfg),
+			log:      cfg.Logger.With("user", userTag(user), "actor", "codex"),
+			subs:     make(map[string]subscribe),
+			early:    make(map[string][]*codexrpc.Notification),
+			live:     make(map[*codexrpc.Process]struct{}),
 		}
 	}
 }
@@ -310,9 +310,9 @@ func (a *codexActor) acquire(m acquireClient) {
 			return
 		}
 	}
-	if now := time.Now(); now.Before(a.coolUntil) {
+	if until, ok := a.restarts.cooling(time.Now()); ok {
 		m.reply <- clientReady{err: fmt.Errorf("%w: it died %d times within %v; cooling down until %s",
-			ErrUnavailable, a.cfg.RestartLimit, a.cfg.RestartWindow, a.coolUntil.Format(time.TimeOnly))}
+			ErrUnavailable, a.cfg.RestartLimit, a.cfg.RestartWindow, until.Format(time.TimeOnly))}
 		return
 	}
 	if m.starting != nil {
@@ -326,39 +326,18 @@ func (a *codexActor) acquire(m acquireClient) {
 
 // crashed counts an unexpected death; past the limit the user cools down.
 func (a *codexActor) crashed() {
-	now := time.Now()
-	kept := a.crashes[:0]
-	for _, t := range a.crashes {
-		if now.Sub(t) < a.cfg.RestartWindow {
-			kept = append(kept, t)
-		}
-	}
-	a.crashes = append(kept, now)
 	a.restartNext = true
-	if len(a.crashes) >= a.cfg.RestartLimit {
-		a.coolUntil = now.Add(a.cfg.Cooldown)
-		a.crashes = nil
+	if a.restarts.crashed(time.Now()) {
+		until, _ := a.restarts.cooling(time.Now())
 		a.log.Error("codex app-server keeps dying; the user is unavailable for a cool-down",
-			"limit", a.cfg.RestartLimit, "window", a.cfg.RestartWindow, "until", a.coolUntil)
+			"limit", a.cfg.RestartLimit, "window", a.cfg.RestartWindow, "until", until)
 	}
 }
 
-// backoff is the jittered exponential wait before a restart: none after a
-// clean history, then doubling with every recent crash.
+// backoff is the jittered exponential wait before a restart (see
+// restartPolicy.backoff).
 func (a *codexActor) backoff() time.Duration {
-	n := 0
-	now := time.Now()
-	for _, t := range a.crashes {
-		if now.Sub(t) < a.cfg.RestartWindow {
-			n++
-		}
-	}
-	if n == 0 {
-		return 0
-	}
-	d := a.cfg.RestartBackoff << min(n-1, 16)
-	d = min(d, a.cfg.RestartBackoffMax)
-	return d/2 + rand.N(d/2+1)
+	return a.restarts.backoff(time.Now(), func(k time.Duration) time.Duration { return rand.N(k + 1) })
 }
 
 func (a *codexActor) answerWaiters(r clientReady) {

@@ -444,16 +444,16 @@ func (h *harness) childPID(path string) *actor.PID {
 func TestRestartBackoffJitteredExponential(t *testing.T) {
 	cfg := &Config{RestartBackoff: 100 * time.Millisecond, RestartBackoffMax: time.Second,
 		RestartWindow: time.Minute, RestartLimit: 100, Cooldown: time.Minute, Logger: slog.New(slog.DiscardHandler)}
-	a := &codexActor{cfg: cfg, log: cfg.Logger}
+	a := &codexActor{cfg: cfg, log: cfg.Logger, restarts: newRestartPolicy(cfg)}
 	if d := a.backoff(); d != 0 {
 		t.Fatalf("backoff with no crash = %v, want 0", d)
 	}
 	now := time.Now()
 	for n, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond,
 		3: 400 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 12: time.Second} {
-		a.crashes = nil
+		a.restarts.crashes = nil
 		for range n {
-			a.crashes = append(a.crashes, now)
+			a.restarts.crashes = append(a.restarts.crashes, now)
 		}
 		seen := map[time.Duration]bool{}
 		for range 200 {
@@ -468,19 +468,19 @@ func TestRestartBackoffJitteredExponential(t *testing.T) {
 		}
 	}
 	// Old crashes are forgotten, by backoff and by the counter.
-	a.crashes = []time.Time{now.Add(-2 * time.Minute), now.Add(-90 * time.Second)}
+	a.restarts.crashes = []time.Time{now.Add(-2 * time.Minute), now.Add(-90 * time.Second)}
 	if d := a.backoff(); d != 0 {
 		t.Errorf("backoff after crashes outside the window = %v, want 0", d)
 	}
-	cfg.RestartLimit = 3
+	a.restarts.limit = 3
 	a.crashed()
-	if len(a.crashes) != 1 || !a.coolUntil.IsZero() {
-		t.Errorf("after forgetting two old crashes and counting one: crashes=%d coolUntil=%v", len(a.crashes), a.coolUntil)
+	if len(a.restarts.crashes) != 1 || !a.restarts.coolUntil.IsZero() {
+		t.Errorf("after forgetting two old crashes and counting one: crashes=%d coolUntil=%v", len(a.restarts.crashes), a.restarts.coolUntil)
 	}
 	a.crashed()
 	a.crashed()
-	if a.coolUntil.Before(time.Now().Add(59 * time.Second)) {
-		t.Errorf("three crashes within the window did not start a cool-down: %v", a.coolUntil)
+	if a.restarts.coolUntil.Before(time.Now().Add(59 * time.Second)) {
+		t.Errorf("three crashes within the window did not start a cool-down: %v", a.restarts.coolUntil)
 	}
 }
 
