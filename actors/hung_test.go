@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
+	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // counterValue reads a counter.
@@ -119,5 +120,38 @@ func TestSlowMethodIsNotHung(t *testing.T) {
 	}
 	if got := counterValue(t, m.Hung) + counterValue(t, m.Deaths); got != 0 {
 		t.Errorf("hung + deaths counted = %v, want 0", got)
+	}
+}
+
+// The real CLI, stopped with SIGSTOP between rounds (the fault of issue
+// 11 as it was seen): one round fails by its deadline, the health call it
+// asks for kills the app-server, and the next round resumes the thread on a
+// fresh one. The CLI's own behaviour is the point: it answers the health
+// call while it runs, and a stopped one answers nothing.
+func TestRealCLIHungAppServerReplaced(t *testing.T) {
+	const callTimeout = 2 * time.Second
+	m := NewMetrics(nil)
+	h, _ := supHarness(t, realCLI, func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
+	c := h.caller()
+	h.model.Enqueue(mockmodel.Text("one"))
+	r1 := h.round(c, messages.StartRound{User: "dora", Thread: "mesh/real", Text: "one"})
+	mustStatus(t, r1, messages.StatusCompleted)
+	pid := liveAppServerPID(t, h, "dora")
+	stopGroup(t, pid)
+	start := time.Now()
+	r2 := h.round(c, messages.StartRound{User: "dora", Thread: "mesh/real", Text: "two"})
+	mustStatus(t, r2, messages.StatusFailed)
+	t.Logf("the round on the stopped app-server failed after %v: %s", time.Since(start), r2.verdict.Error)
+	waitGone(t, pid, waitFor)
+	h.model.Enqueue(mockmodel.Text("three"))
+	start = time.Now()
+	r3 := h.round(c, messages.StartRound{User: "dora", Thread: "mesh/real", Text: "three"})
+	mustStatus(t, r3, messages.StatusCompleted)
+	t.Logf("the next round completed after %v", time.Since(start))
+	if !r3.verdict.Resumed || r3.verdict.CodexThreadID != r1.verdict.CodexThreadID || r3.text() != "three" {
+		t.Errorf("the round after the hang: text %q, verdict %+v; want thread %s resumed", r3.text(), r3.verdict, r1.verdict.CodexThreadID)
+	}
+	if got := counterValue(t, m.Hung); got != 1 {
+		t.Errorf("hung app-servers counted = %v, want 1", got)
 	}
 }
