@@ -207,9 +207,10 @@ func (a *codexActor) Receive(c *actor.Context) {
 			}()
 		}
 	case tick:
-		if len(a.subs) > 0 && time.Since(a.lastHeard) >= a.cfg.CallTimeout {
-			// Rounds wait on a process that has been silent for a call's
-			// length: make sure it still answers.
+		if (len(a.subs) > 0 || a.leased()) && time.Since(a.lastHeard) >= a.healthTimeout() {
+			// Rounds wait on (or are opening threads in) a process that
+			// has said nothing for a health call's length: make sure it
+			// still answers, before their calls run out of time.
 			a.probe(a.gen)
 		}
 		switch {
