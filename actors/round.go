@@ -86,6 +86,9 @@ type (
 	flushOutbox struct{}
 	stallTick   struct{}
 	savesLate   struct{} // the registry did not answer the round's writes in time
+	// recordPending tells the round, before the registry can answer, that
+	// the driver asked for its thread's record.
+	recordPending struct{}
 )
 
 func newRoundActor(cfg *Config, req roundRequest, id string, codex, registry *actor.PID) actor.Producer {
@@ -165,11 +168,8 @@ func (r *roundActor) Receive(c *actor.Context) {
 		r.threadID, r.resumed, r.fellBack, r.lostCtx = m.threadID, m.resumed, m.fellBack, m.contextLost
 	case threadLookup:
 		r.notSaved = append(r.notSaved, m.notSaved...) // earlier rounds' writes, failing still
-	case recordThread:
-		// From the driver: the thread has its first turn now. The verdict
-		// waits for the registry's answer.
-		r.saving++
-		r.engine.Send(r.registry, recordThread{key: m.key, threadID: m.threadID, round: r.self})
+	case recordPending:
+		r.saving++ // the verdict waits for the registry's answer
 	case saved:
 		r.saving--
 		if m.err != nil {
@@ -601,7 +601,10 @@ func (r *roundActor) drive(ctx context.Context) {
 	r.engine.Send(r.self, turnStarted{turnID: turn.ID})
 	if !resumed {
 		// Only now does the thread have a turn, and so a rollout to resume.
-		r.engine.Send(r.self, recordThread{key: r.req.Thread, threadID: threadID})
+		// The write goes to the registry directly: it does not depend on
+		// this actor's mailbox (a stopping round still has it written).
+		r.engine.Send(r.self, recordPending{})
+		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: threadID, round: r.self})
 		cctx, cancel := call()
 		err := client.ThreadNameSet(cctx, threadID, "mw-"+store.KeyPrefix(r.req.Thread))
 		r.suspect(ready.gen, err)
