@@ -75,9 +75,10 @@ func TestHungAppServerReplacedMidRound(t *testing.T) {
 	}
 }
 
-// An app-server that stops answering between rounds fails one round by its
-// call deadline, then is killed by the health call that deadline asks for:
-// the round after it completes on a fresh process and resumes the thread,
+// An app-server that stops answering between rounds is killed by a health
+// call (the one a timed-out call asks for, or the tick's while a round
+// waits on a silent process): at most one round fails by its deadline, and
+// the round after completes on a fresh process and resumes the thread,
 // instead of every later round failing by timeout until idle eviction.
 func TestHungAppServerReplacedBetweenRounds(t *testing.T) {
 	const callTimeout = time.Second
@@ -90,7 +91,17 @@ func TestHungAppServerReplacedBetweenRounds(t *testing.T) {
 	pid := liveAppServerPID(t, h, "bob")
 	stopGroup(t, pid)
 	r2 := h.round(c, messages.StartRound{User: "bob", Thread: "mesh/b", Text: "two"})
-	mustStatus(t, r2, messages.StatusFailed)
+	switch r2.verdict.Status {
+	case messages.StatusFailed:
+	case messages.StatusCompleted:
+		// A health call in flight when the process stopped (asked for by a
+		// slow call of the first round) replaced it before this round.
+		if got := appServerPID(t, h, "bob"); got == pid {
+			t.Errorf("round two completed on the stopped app-server %d", pid)
+		}
+	default:
+		t.Errorf("round two: verdict %+v, want failed (or completed on a fresh process)", r2.verdict)
+	}
 	waitGone(t, pid, waitFor)
 	r3 := h.round(c, messages.StartRound{User: "bob", Thread: "mesh/b", Text: "three"})
 	mustStatus(t, r3, messages.StatusCompleted)
@@ -105,7 +116,7 @@ func TestHungAppServerReplacedBetweenRounds(t *testing.T) {
 // A method the app-server never answers is not a hung app-server: the
 // health call its deadline asks for is answered, and nothing is killed.
 func TestSlowMethodIsNotHung(t *testing.T) {
-	const callTimeout = time.Second
+	const callTimeout = 3 * time.Second // the fake answers a health call well within it, even on a busy machine
 	m := NewMetrics(nil)
 	h, _ := supHarness(t, withFake(t, fakeappserver.Config{HangOnMethod: "thread/start"}),
 		func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
