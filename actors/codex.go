@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,9 +76,7 @@ type codexActor struct {
 	client   *codexrpc.Client
 	starting bool
 	waiters  []acquireClient // requesters waiting for the start
-	subs     map[string]subscribe
-	early    map[string][]*codexrpc.Notification
-	nEarly   int
+	threads  threadRouter
 	pinned   *actor.PID // the login actor during a session
 	creds    *store.Credentials
 	redact   *codexrpc.Redactor
@@ -107,8 +104,7 @@ func newCodexActor(cfg *Config, user, home string, creds *store.Credentials) act
 			cfg: cfg, user: user, home: home, creds: creds, redact: &codexrpc.Redactor{},
 			restarts: newRestartPolicy(cfg),
 			log:      cfg.Logger.With("user", userTag(user), "actor", "codex"),
-			subs:     make(map[string]subscribe),
-			early:    make(map[string][]*codexrpc.Notification),
+			threads:  newThreadRouter(maxEarlyNotes),
 			live:     make(map[*codexrpc.Process]struct{}),
 		}
 	}
@@ -174,21 +170,12 @@ func (a *codexActor) Receive(c *actor.Context) {
 			c.Send(m.round, codexLost{err: errors.New("the codex app-server restarted while the round was starting")})
 			return
 		}
-		a.subs[m.threadID] = m
-		for _, n := range a.early[m.threadID] {
+		for _, n := range a.threads.subscribe(m) {
 			c.Send(m.round, roundNote{note: n})
 		}
-		a.nEarly -= len(a.early[m.threadID])
-		delete(a.early, m.threadID)
 		a.touch()
 	case unsubscribe:
-		if s, ok := a.subs[m.threadID]; ok && s.round.Equals(m.round) {
-			delete(a.subs, m.threadID)
-		}
-		// What the thread says after its round left belongs to no round:
-		// it must not be replayed to the next one.
-		a.nEarly -= len(a.early[m.threadID])
-		delete(a.early, m.threadID)
+		a.threads.unsubscribe(m.threadID, m.round)
 		a.touch()
 		a.holdCap()
 	case unpinClient:
@@ -207,7 +194,7 @@ func (a *codexActor) Receive(c *actor.Context) {
 			}()
 		}
 	case tick:
-		if (len(a.subs) > 0 || a.leased()) && time.Since(a.lastHeard) >= a.healthTimeout() {
+		if (a.threads.active() > 0 || a.leased()) && time.Since(a.lastHeard) >= a.healthTimeout() {
 			// Rounds wait on (or are opening threads in) a process that
 			// has said nothing for a health call's length: make sure it
 			// still answers, before their calls run out of time.
@@ -237,7 +224,7 @@ func tickInterval(idle time.Duration) time.Duration {
 
 // idle reports a live process that serves no round and no login.
 func (a *codexActor) idle() bool {
-	return a.proc != nil && len(a.subs) == 0 && a.pinned == nil && !a.leased()
+	return a.proc != nil && a.threads.active() == 0 && a.pinned == nil && !a.leased()
 }
 
 // leased reports a lease still in force. A lease whose holder gave up
@@ -533,16 +520,13 @@ func (a *codexActor) exited(m codexExited) {
 		a.cfg.Metrics.Deaths.Inc()
 		a.crashed()
 	}
-	for _, s := range a.subs {
-		a.engine.Send(s.round, codexLost{err: err})
+	for _, round := range a.threads.reset() {
+		a.engine.Send(round, codexLost{err: err})
 	}
 	if a.pinned != nil {
 		a.engine.Send(a.pinned, codexLost{err: err})
 		a.pinned = nil
 	}
-	a.subs = make(map[string]subscribe)
-	a.early = make(map[string][]*codexrpc.Notification)
-	a.nEarly = 0
 	a.proc, a.client = nil, nil
 	a.leases = nil
 	a.cfg.live.remove(a.self)
@@ -563,18 +547,15 @@ func (a *codexActor) evict(why string) {
 // caller stops the process.
 func (a *codexActor) drop(lost error) {
 	a.gen++
-	for _, s := range a.subs {
-		a.engine.Send(s.round, codexLost{err: lost})
+	for _, round := range a.threads.reset() {
+		a.engine.Send(round, codexLost{err: lost})
 	}
 	if a.pinned != nil {
 		a.engine.Send(a.pinned, codexLost{err: lost})
 		a.pinned = nil
 	}
-	a.subs = make(map[string]subscribe)
 	a.proc, a.client = nil, nil
 	a.leases = nil
-	a.early = make(map[string][]*codexrpc.Notification)
-	a.nEarly = 0
 	a.cfg.live.remove(a.self)
 }
 
@@ -649,37 +630,25 @@ func (a *codexActor) goStop(p *codexrpc.Process) {
 // Notifications of no thread, or of a thread nobody runs, are kept a little
 // while in case the subscription is on its way, then dropped.
 func (a *codexActor) route(n *codexrpc.Notification) {
-	var head struct {
-		ThreadID string `json:"threadId"`
-	}
-	if json.Unmarshal(n.Params, &head) != nil {
+	threadID, ok := threadOf(n.Params)
+	if !ok {
 		return
 	}
-	if head.ThreadID == "" {
+	if threadID == "" {
 		if strings.HasPrefix(n.Method, "account/") && a.pinned != nil {
 			a.engine.Send(a.pinned, accountNote{note: n})
 		}
 		return
 	}
-	if s, ok := a.subs[head.ThreadID]; ok {
-		a.engine.Send(s.round, roundNote{note: n})
-		return
+	if round, ok := a.threads.route(threadID, n); ok {
+		a.engine.Send(round, roundNote{note: n})
 	}
-	if a.nEarly >= maxEarlyNotes {
-		a.early = make(map[string][]*codexrpc.Notification)
-		a.nEarly = 0
-	}
-	a.early[head.ThreadID] = append(a.early[head.ThreadID], n)
-	a.nEarly++
 }
 
 // answer decides a server request in-line: nothing ever waits on a human.
 func (a *codexActor) answer(m codexServerRequest) serverAnswer {
-	var head struct {
-		ThreadID string `json:"threadId"`
-	}
-	_ = json.Unmarshal(m.req.Params, &head)
-	s, ok := a.subs[head.ThreadID]
+	threadID, _ := threadOf(m.req.Params)
+	s, ok := a.threads.lookup(threadID)
 	res, question, err := answerServerRequest(m.req, ok && s.autoApprove)
 	if question != "" && ok {
 		a.engine.Send(s.round, questionAsked{text: question})

@@ -1,0 +1,94 @@
+package actors
+
+import (
+	"encoding/json"
+
+	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+)
+
+// threadRouter maps the app-server's threads to the rounds subscribed to
+// them. Notifications of a thread nobody is subscribed to yet are kept, at
+// most limit in all, for a subscription that may be on its way (an MCP
+// server's startup status races the subscribe right after thread/start).
+// It is a plain value owned by the codex actor: no messages, no clock.
+type threadRouter struct {
+	limit  int
+	subs   map[string]subscribe
+	early  map[string][]*codexrpc.Notification
+	nEarly int
+}
+
+func newThreadRouter(limit int) threadRouter {
+	return threadRouter{limit: limit, subs: make(map[string]subscribe), early: make(map[string][]*codexrpc.Notification)}
+}
+
+// threadOf is the threadId of a notification's or a request's params
+// ("" when none); ok is false when params are not a JSON object.
+func threadOf(params json.RawMessage) (threadID string, ok bool) {
+	var head struct {
+		ThreadID string `json:"threadId"`
+	}
+	if json.Unmarshal(params, &head) != nil {
+		return "", false
+	}
+	return head.ThreadID, true
+}
+
+// subscribe routes s.threadID to s.round from now on, and returns what the
+// thread said before, to be delivered first.
+func (r *threadRouter) subscribe(s subscribe) (kept []*codexrpc.Notification) {
+	r.subs[s.threadID] = s
+	kept = r.early[s.threadID]
+	r.forgetEarly(s.threadID)
+	return kept
+}
+
+// unsubscribe ends round's subscription to threadID (another round's is
+// kept). What the thread says meanwhile belongs to no round: it is not kept
+// for the next one.
+func (r *threadRouter) unsubscribe(threadID string, round *actor.PID) {
+	if s, ok := r.subs[threadID]; ok && s.round.Equals(round) {
+		delete(r.subs, threadID)
+	}
+	r.forgetEarly(threadID)
+}
+
+func (r *threadRouter) forgetEarly(threadID string) {
+	r.nEarly -= len(r.early[threadID])
+	delete(r.early, threadID)
+}
+
+// route returns the round subscribed to threadID; with none, it keeps n
+// (dropping everything kept when the limit is reached).
+func (r *threadRouter) route(threadID string, n *codexrpc.Notification) (round *actor.PID, ok bool) {
+	if s, ok := r.subs[threadID]; ok {
+		return s.round, true
+	}
+	if r.nEarly >= r.limit {
+		r.early = make(map[string][]*codexrpc.Notification)
+		r.nEarly = 0
+	}
+	r.early[threadID] = append(r.early[threadID], n)
+	r.nEarly++
+	return nil, false
+}
+
+// lookup is threadID's subscription.
+func (r *threadRouter) lookup(threadID string) (subscribe, bool) {
+	s, ok := r.subs[threadID]
+	return s, ok
+}
+
+// active is the number of subscriptions.
+func (r *threadRouter) active() int { return len(r.subs) }
+
+// reset forgets everything (the process is gone) and returns the rounds
+// that were subscribed.
+func (r *threadRouter) reset() (rounds []*actor.PID) {
+	for _, s := range r.subs {
+		rounds = append(rounds, s.round)
+	}
+	*r = newThreadRouter(r.limit)
+	return rounds
+}
