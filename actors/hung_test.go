@@ -50,6 +50,7 @@ func TestHungAppServerReplacedMidRound(t *testing.T) {
 	start := time.Now()
 	r := c.collect(t, "h-1", 30*time.Second)
 	took := time.Since(start)
+	t.Logf("the round on the stopped app-server got its verdict %v after the stop", took)
 	mustStatus(t, r, messages.StatusFailed)
 	if !strings.Contains(r.verdict.Error, "stopped answering") {
 		t.Errorf("verdict error %q does not say the app-server stopped answering", r.verdict.Error)

@@ -22,6 +22,7 @@ func TestRetriedErrorsAreNoticesNotProgress(t *testing.T) {
 	h.roundAsync(c, messages.StartRound{User: "alice", Thread: "mesh/r", Text: "hi", RoundID: "r-1"})
 	r := c.collect(t, "r-1", 30*time.Second)
 	took := time.Since(start)
+	t.Logf("verdict after %v, %d retry events", took, len(r.kinds(messages.KindRetry)))
 	mustStatus(t, r, messages.StatusFailed)
 	if !strings.Contains(r.verdict.Error, "no progress for "+stall.String()) {
 		t.Errorf("verdict error %q does not name the stall", r.verdict.Error)
