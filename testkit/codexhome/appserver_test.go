@@ -107,7 +107,11 @@ func startAppServer(t *testing.T, e *env, extraArgs ...string) *appServer {
 	}
 	args := append([]string{"app-server"}, extraArgs...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = codexrpc.PreferBundledBwrap(codexhome.Env(os.Environ(), e.home), bin)
+	// TMPDIR outside the test's folder: the CLI refuses to make its helper
+	// links (codex-linux-sandbox, which its own sandbox execs) in a
+	// CODEX_HOME under TMPDIR, and then a sandboxed patch can fail.
+	env := append(codexhome.Env(os.Environ(), e.home), "TMPDIR=/var/tmp")
+	cmd.Env = codexrpc.PreferBundledBwrap(env, bin)
 	cmd.Dir = e.work
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 5 * time.Second
