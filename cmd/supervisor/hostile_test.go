@@ -7,12 +7,7 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"net"
@@ -495,32 +490,7 @@ func (ca *tlsCA) issueURI(t *testing.T, dir, name, id string) (certFile, keyFile
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: tlsSerial(t),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		URIs:         []*url.URL{u},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	tlsWritePEM(t, certFile, "CERTIFICATE", der)
-	tlsWritePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
-	return certFile, keyFile
+	return ca.issueFor(t, dir, name, []net.IP{net.IPv4(127, 0, 0, 1)}, nil, u)
 }
 
 const hostilePolicy = `{
@@ -667,21 +637,7 @@ func TestHostileIdentities(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer hole.Close()
-		roundTime := func() time.Duration {
-			start := time.Now()
-			if v := alice.round(messages.StartRound{User: "alice", Thread: "t", Text: "timed"}).verdict; v.Status != messages.StatusCompleted {
-				t.Fatalf("alice's round: %+v", v)
-			}
-			return time.Since(start)
-		}
-		median := func(n int) time.Duration {
-			var ds []time.Duration
-			for range n {
-				ds = append(ds, roundTime())
-			}
-			slices.Sort(ds)
-			return ds[len(ds)/2]
-		}
+		median := func(n int) time.Duration { return medianRound(t, alice, "alice", n) }
 		baseline := median(9)
 		before := h.value("supervisor_remote_rejected_total", `reason="sender"`)
 		for i := range 5 {
@@ -879,22 +835,8 @@ func TestHostileBlackHolePlaintext(t *testing.T) {
 	h.model.SetResponder(func(req *mockmodel.Request) mockmodel.Script { return mockmodel.Text("ok") })
 	good := opsNewCaller(t, h.addr, nil)
 	root := rootPID(h.addr)
-	roundTime := func() time.Duration {
-		start := time.Now()
-		if v := good.round(messages.StartRound{User: "hole-alice", Thread: "t", Text: "timed"}).verdict; v.Status != messages.StatusCompleted {
-			t.Fatalf("round: %+v", v)
-		}
-		return time.Since(start)
-	}
-	median := func(n int) time.Duration {
-		var ds []time.Duration
-		for range n {
-			ds = append(ds, roundTime())
-		}
-		slices.Sort(ds)
-		return ds[len(ds)/2]
-	}
-	roundTime() // the app-server starts
+	median := func(n int) time.Duration { return medianRound(t, good, "hole-alice", n) }
+	median(1) // the app-server starts
 	baseline := median(9)
 	p := dialRaw(t, h.addr, nil)
 	for i := range 5 {
@@ -912,4 +854,20 @@ func TestHostileBlackHolePlaintext(t *testing.T) {
 		t.Errorf("rounds slowed from %v to %v (more than 1.5x + %v) by black-holed reply addresses", baseline, during, noise)
 	}
 	h.alive()
+}
+
+// medianRound is the median time of n completed rounds of user's through
+// caller c (each one must complete).
+func medianRound(t *testing.T, c *opsCaller, user string, n int) time.Duration {
+	t.Helper()
+	ds := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		if v := c.round(messages.StartRound{User: user, Thread: "t", Text: "timed"}).verdict; v.Status != messages.StatusCompleted {
+			t.Fatalf("%s's round: %+v", user, v)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }

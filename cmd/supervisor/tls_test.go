@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,7 +80,7 @@ func (ca *tlsCA) issue(t *testing.T, dir, name string) (certFile, keyFile string
 }
 
 // issueFor is issue with the given subject alternative names.
-func (ca *tlsCA) issueFor(t *testing.T, dir, name string, ips []net.IP, dns []string) (certFile, keyFile string) {
+func (ca *tlsCA) issueFor(t *testing.T, dir, name string, ips []net.IP, dns []string, uris ...*url.URL) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -94,6 +95,7 @@ func (ca *tlsCA) issueFor(t *testing.T, dir, name string, ips []net.IP, dns []st
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IPAddresses:  ips,
 		DNSNames:     dns,
+		URIs:         uris,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
