@@ -1,7 +1,8 @@
 // Package fakeappserver is a scripted fake of `codex app-server` (codex-cli
 // 0.169.0) for the faults the real CLI cannot show on cue: garbage and huge
 // lines, crashes at a chosen message, hangs, overload errors, unknown
-// notifications, server-initiated requests, ignored EOF and SIGTERM.
+// notifications, server-initiated requests, ignored EOF and SIGTERM, MCP
+// servers that fail to start after their round ended.
 //
 // # Baseline
 //

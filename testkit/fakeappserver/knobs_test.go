@@ -429,3 +429,46 @@ func TestUpstreamRetryMs(t *testing.T) {
 		t.Errorf("turn/completed after the interrupt: %v", done)
 	}
 }
+
+// MCPStartup reports each enabled overlay server's startup after
+// thread/start and thread/resume; MCPStartupOn holds the final status back
+// until a request of that method arrives.
+func TestMCPStartup(t *testing.T) {
+	overlay := map[string]any{"mcp_servers": map[string]any{
+		"meshweaver": map[string]any{"url": "http://127.0.0.1:1/mcp"},
+		"off":        map[string]any{"url": "http://127.0.0.1:9/disabled", "enabled": false},
+	}}
+	statuses := func(ms []msg) (out []string) {
+		for _, m := range ms {
+			if m.Method == "mcpServer/startupStatus/updated" {
+				out = append(out, str(m.Params, "name")+":"+str(m.Params, "status"))
+			}
+		}
+		return out
+	}
+
+	c := serve(t, fakeappserver.Fake{MCPStartup: "failed", MCPStartupOn: "account/read"})
+	c.initialize()
+	res, _ := c.callOK("thread/start", map[string]any{"cwd": "/work/x", "config": overlay})
+	thread := str(res, "thread", "id")
+	_, before := c.callOK("account/read", map[string]any{})
+	if got := statuses(before); fmt.Sprint(got) != "[meshweaver:starting meshweaver:failed]" {
+		t.Fatalf("statuses before account/read's answer = %v, want starting, then failed (held until account/read)", got)
+	}
+	last := before[len(before)-1]
+	if str(last.Params, "threadId") != thread || !strings.Contains(str(last.Params, "error"), "http://127.0.0.1:1/mcp") {
+		t.Errorf("failed status = %s, want thread %s and an error naming the URL", last.raw, thread)
+	}
+	// Held statuses are sent once; a start without servers reports none.
+	c.callOK("thread/start", map[string]any{"cwd": "/work/x"})
+	if _, before := c.callOK("account/read", map[string]any{}); len(statuses(before)) != 0 {
+		t.Errorf("statuses %v, want none", statuses(before))
+	}
+
+	c = serve(t, fakeappserver.Fake{MCPStartup: "ready"})
+	c.initialize()
+	c.callOK("thread/start", map[string]any{"cwd": "/work/x", "config": overlay})
+	if _, before := c.callOK("account/read", map[string]any{}); fmt.Sprint(statuses(before)) != "[meshweaver:starting meshweaver:ready]" {
+		t.Errorf("statuses = %v, want starting, ready", statuses(before))
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 )
@@ -240,6 +241,43 @@ type threadStartParams struct {
 	ApprovalPolicy json.RawMessage `json:"approvalPolicy"`
 	Sandbox        string          `json:"sandbox"`
 	Ephemeral      bool            `json:"ephemeral"`
+	Config         mcpOverlay      `json:"config"`
+}
+
+// mcpOverlay is the part of a thread's config overlay MCPStartup reads.
+type mcpOverlay struct {
+	MCPServers map[string]struct {
+		URL     string `json:"url"`
+		Enabled *bool  `json:"enabled"`
+	} `json:"mcp_servers"`
+}
+
+// mcpStartup reports the startup of the overlay's enabled MCP servers
+// (MCPStartup), in name order.
+func (s *session) mcpStartup(threadID string, o mcpOverlay) {
+	if s.f.MCPStartup == "" {
+		return
+	}
+	names := make([]string, 0, len(o.MCPServers))
+	for name, srv := range o.MCPServers {
+		if srv.Enabled == nil || *srv.Enabled {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		s.notify("mcpServer/startupStatus/updated", obj{"threadId": threadID, "name": name, "status": "starting", "error": nil, "failureReason": nil})
+		final := obj{"threadId": threadID, "name": name, "status": "ready", "error": nil, "failureReason": nil}
+		if s.f.MCPStartup == "failed" {
+			final["status"] = "failed"
+			final["error"] = "MCP client for `" + name + "` failed to start: MCP startup failed: handshaking with MCP server failed: error sending request for url (" + o.MCPServers[name].URL + ")"
+		}
+		if s.f.MCPStartupOn != "" {
+			s.mcpHeld = append(s.mcpHeld, final)
+			continue
+		}
+		s.notify("mcpServer/startupStatus/updated", final)
+	}
 }
 
 func (s *session) newThread(id string, p threadStartParams) *thread {
@@ -282,6 +320,7 @@ func (s *session) threadStart(id, params json.RawMessage) {
 	s.threads[th.id] = th
 	s.reply(id, s.threadResult(th))
 	s.notify("thread/started", obj{"thread": s.threadJSON(th)})
+	s.mcpStartup(th.id, p.Config)
 }
 
 func (s *session) rolloutPath(id string, t time.Time) string {
@@ -380,7 +419,10 @@ type threadIDParams struct {
 }
 
 func (s *session) threadResume(id, params json.RawMessage) {
-	var p threadIDParams
+	var p struct {
+		ThreadID string     `json:"threadId"`
+		Config   mcpOverlay `json:"config"`
+	}
 	if !s.decode(id, params, &p, "threadId") {
 		return
 	}
@@ -403,6 +445,7 @@ func (s *session) threadResume(id, params json.RawMessage) {
 	if th.turn == nil {
 		s.notify("thread/status/changed", obj{"threadId": th.id, "status": obj{"type": "idle"}})
 	}
+	s.mcpStartup(th.id, p.Config)
 }
 
 func (s *session) threadNameSet(id, params json.RawMessage) {
