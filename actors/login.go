@@ -114,7 +114,7 @@ func (a *loginActor) Receive(c *actor.Context) {
 	case messages.AccountRequest:
 		a.account(c.Sender())
 	case messages.ModelsRequest:
-		a.models(c.Sender())
+		a.models(c.Sender(), m.IncludeHidden)
 	}
 }
 
@@ -305,22 +305,23 @@ func (a *loginActor) account(requester *actor.PID) {
 	})
 }
 
-func (a *loginActor) models(requester *actor.PID) {
+func (a *loginActor) models(requester *actor.PID, includeHidden bool) {
 	a.goCall(false, func(ctx context.Context, client *codexrpc.Client, err error) {
 		resp := messages.ModelsResponse{User: a.user}
-		var res codexrpc.ModelListResult
+		var models []codexrpc.ModelInfo
 		if err == nil {
-			res, err = client.ModelList(ctx)
+			models, err = client.ModelListAll(ctx, includeHidden)
 		}
 		if err != nil {
 			resp.Error = err.Error()
 		}
-		for _, m := range res.Data {
-			if m.Hidden {
+		for _, m := range models {
+			if m.Hidden && !includeHidden {
 				continue
 			}
 			mm := messages.Model{ID: m.ID, DisplayName: m.DisplayName, Description: m.Description,
-				DefaultEffort: m.DefaultReasoningEffort, IsDefault: m.IsDefault}
+				DefaultEffort: m.DefaultReasoningEffort, IsDefault: m.IsDefault,
+				InputModalities: m.InputModalities, Hidden: m.Hidden}
 			for _, e := range m.SupportedReasoningEfforts {
 				mm.Efforts = append(mm.Efforts, e.ReasoningEffort)
 			}

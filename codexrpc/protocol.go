@@ -199,6 +199,15 @@ type TurnSteerResult struct {
 	TurnID string `json:"turnId"`
 }
 
+// ModelListParams are model/list's: a page from Cursor (nil: the first),
+// of Limit models (0: the server's choice), with the hidden models when
+// IncludeHidden.
+type ModelListParams struct {
+	Cursor        *string `json:"cursor,omitempty"`
+	Limit         uint32  `json:"limit,omitempty"`
+	IncludeHidden bool    `json:"includeHidden,omitempty"`
+}
+
 // ModelListResult answers model/list.
 type ModelListResult struct {
 	Data       []ModelInfo `json:"data"`
@@ -214,7 +223,10 @@ type ModelInfo struct {
 	Hidden                    bool              `json:"hidden"`
 	SupportedReasoningEfforts []ReasoningEffort `json:"supportedReasoningEfforts"`
 	DefaultReasoningEffort    string            `json:"defaultReasoningEffort"`
-	IsDefault                 bool              `json:"isDefault"`
+	// InputModalities are "text", "image", "audio" (absent: text and
+	// image, the schema's default).
+	InputModalities []string `json:"inputModalities"`
+	IsDefault       bool     `json:"isDefault"`
 }
 
 // ReasoningEffort is one supported effort of a model.

@@ -94,10 +94,13 @@ type AccountResponse struct {
 	Error              string `msgpack:"error,omitempty"`
 }
 
-// ModelsRequest asks for the models User's codex offers. The reply is one
-// [ModelsResponse], so it may be used with Engine.Request.
+// ModelsRequest asks for the models User's codex offers (every page of
+// them). The reply is one [ModelsResponse], so it may be used with
+// Engine.Request. IncludeHidden adds the models codex hides from its
+// picker (marked [Model].Hidden).
 type ModelsRequest struct {
-	User string `msgpack:"user,omitempty"`
+	User          string `msgpack:"user,omitempty"`
+	IncludeHidden bool   `msgpack:"include_hidden,omitempty"`
 }
 
 // ModelsResponse answers a [ModelsRequest]. Error says why the models could
@@ -118,6 +121,12 @@ type Model struct {
 	DefaultEffort string   `msgpack:"default_effort,omitempty"`
 	// IsDefault marks codex's default model.
 	IsDefault bool `msgpack:"is_default,omitempty"`
+	// InputModalities are the kinds of input the model takes: "text",
+	// "image", "audio" (codex may add others).
+	InputModalities []string `msgpack:"input_modalities,omitempty"`
+	// Hidden marks a model codex hides from its picker; only listed with
+	// [ModelsRequest].IncludeHidden.
+	Hidden bool `msgpack:"hidden,omitempty"`
 }
 
 // Rejected is the error reply, sent to the sender, to a message that could

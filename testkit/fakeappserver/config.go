@@ -114,6 +114,10 @@ type Fake struct {
 	// stand for the real CLI's ~1.3 s to give up on a dead server. Empty
 	// sends it right after "starting".
 	MCPStartupOn string `json:"mcpStartupOn,omitempty"`
+	// ModelPageSize makes model/list answer pages of this many models
+	// (nextCursor the next page's offset) when the request sets no limit.
+	// Zero answers every model in one page, like the real server.
+	ModelPageSize int `json:"modelPageSize,omitempty"`
 	// RecordPath, if set, gets every line the fake receives appended to it,
 	// verbatim, as soon as it is read.
 	RecordPath string `json:"recordPath,omitempty"`

@@ -33,7 +33,8 @@
 //     active turn to interrupt"); turn/steer → {turnId} plus a userMessage
 //     in the running turn (or the real errors). Turns finish while
 //     turn/start is handled unless HoldTurns or ServerRequests pause them.
-//   - model/list (the recorded catalogue), mcpServerStatus/list,
+//   - model/list (the recorded catalogue: hidden models with includeHidden,
+//     pages by limit and cursor), mcpServerStatus/list,
 //     account/read, account/login/start (apiKey, chatgpt,
 //     chatgptDeviceCode), account/login/cancel, account/logout: the recorded
 //     answers and notifications.

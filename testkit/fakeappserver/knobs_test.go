@@ -472,3 +472,61 @@ func TestMCPStartup(t *testing.T) {
 		t.Errorf("statuses = %v, want starting, ready", statuses(before))
 	}
 }
+
+// model/list: hidden models only with includeHidden, pages by limit (or
+// ModelPageSize) with the next offset as cursor, the real errors for a bad
+// cursor.
+func TestModelListPages(t *testing.T) {
+	ids := func(res json.RawMessage) (out []string) {
+		var r struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(res, &r); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range r.Data {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	c := serve(t, fakeappserver.Fake{ModelPageSize: 4})
+	c.initialize()
+	var visible, all []string
+	for _, hidden := range []bool{false, true} {
+		var got []string
+		cursor := any(nil)
+		for pages := 0; ; pages++ {
+			if pages > 10 {
+				t.Fatal("model/list never ends")
+			}
+			res, _ := c.callOK("model/list", map[string]any{"cursor": cursor, "includeHidden": hidden})
+			page := ids(res)
+			if len(page) > 4 {
+				t.Errorf("page of %d models, want at most 4", len(page))
+			}
+			got = append(got, page...)
+			if cursor = dig(res, "nextCursor"); cursor == nil {
+				break
+			}
+		}
+		if hidden {
+			all = got
+		} else {
+			visible = got
+		}
+	}
+	if len(visible) != 9 || len(all) != 12 || !strings.Contains(fmt.Sprint(all), "codex-auto-review") || strings.Contains(fmt.Sprint(visible), "codex-auto-review") {
+		t.Errorf("visible %v (want 9), with hidden %v (want 12, codex-auto-review among them)", visible, all)
+	}
+	if res, _ := c.callOK("model/list", map[string]any{"cursor": "8", "limit": 2}); fmt.Sprint(ids(res)) != "[gpt-5.5]" || dig(res, "nextCursor") != nil {
+		t.Errorf("the last page = %s", res)
+	}
+	if e := c.callErr("model/list", map[string]any{"cursor": "abc"}); e.Message != "invalid cursor: abc" {
+		t.Errorf("bad cursor: %q", e.Message)
+	}
+	if e := c.callErr("model/list", map[string]any{"cursor": "99"}); e.Message != "cursor 99 exceeds total models 9" {
+		t.Errorf("cursor past the end: %q", e.Message)
+	}
+}

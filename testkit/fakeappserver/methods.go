@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// modelList is the real server's model/list result, recorded from 0.169.0.
+// modelList is the real server's model/list result with includeHidden,
+// recorded from 0.169.0 (three of its models are hidden).
 //
 //go:embed model_list.json
 var modelList json.RawMessage
@@ -34,7 +36,7 @@ var handlers = map[string]handler{
 	"turn/start":           (*session).turnStart,
 	"turn/steer":           (*session).turnSteer,
 	"turn/interrupt":       (*session).turnInterrupt,
-	"model/list":           func(s *session, id, _ json.RawMessage) { s.reply(id, modelList) },
+	"model/list":           (*session).modelList,
 	"mcpServerStatus/list": func(s *session, id, _ json.RawMessage) { s.reply(id, obj{"data": []any{}, "nextCursor": nil}) },
 	"account/read":         (*session).accountRead,
 	"account/login/start":  (*session).accountLoginStart,
@@ -234,6 +236,67 @@ func (s *session) threadResult(th *thread) obj {
 		"reasoningEffort":         nil,
 		"multiAgentMode":          "explicitRequestOnly",
 	}
+}
+
+// modelList answers model/list as the real server does: hidden models
+// only with includeHidden; pages of limit models (ModelPageSize, else all,
+// without one) from the offset the cursor names, nextCursor the next
+// offset or null.
+func (s *session) modelList(id, params json.RawMessage) {
+	var p struct {
+		Cursor        *string `json:"cursor"`
+		Limit         *int    `json:"limit"`
+		IncludeHidden *bool   `json:"includeHidden"`
+	}
+	if !s.decode(id, params, &p) {
+		return
+	}
+	var all struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(modelList, &all); err != nil {
+		panic("fakeappserver: model_list.json: " + err.Error()) // a bug in the fake
+	}
+	var models []json.RawMessage
+	for _, m := range all.Data {
+		var h struct {
+			Hidden bool `json:"hidden"`
+		}
+		_ = json.Unmarshal(m, &h)
+		if !h.Hidden || (p.IncludeHidden != nil && *p.IncludeHidden) {
+			models = append(models, m)
+		}
+	}
+	start := 0
+	if p.Cursor != nil {
+		n, err := strconv.Atoi(*p.Cursor)
+		if err != nil || n < 0 {
+			s.invalid(id, "invalid cursor: "+*p.Cursor)
+			return
+		}
+		if n > len(models) {
+			s.invalid(id, fmt.Sprintf("cursor %d exceeds total models %d", n, len(models)))
+			return
+		}
+		start = n
+	}
+	size := len(models)
+	if s.f.ModelPageSize > 0 {
+		size = s.f.ModelPageSize
+	}
+	if p.Limit != nil {
+		size = *p.Limit
+	}
+	end := min(start+max(size, 0), len(models))
+	var next any
+	if end < len(models) {
+		next = strconv.Itoa(end)
+	}
+	page := models[start:end]
+	if page == nil {
+		page = []json.RawMessage{}
+	}
+	s.reply(id, obj{"data": page, "nextCursor": next})
 }
 
 type threadStartParams struct {
