@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -115,6 +117,8 @@ func (a *loginActor) Receive(c *actor.Context) {
 		a.account(c.Sender())
 	case messages.ModelsRequest:
 		a.models(c.Sender(), m.IncludeHidden)
+	case messages.RateLimitsRequest:
+		a.rateLimits(c.Sender())
 	}
 }
 
@@ -300,6 +304,34 @@ func (a *loginActor) account(requester *actor.PID) {
 			if res.Account != nil {
 				resp.Type, resp.Email, resp.PlanType = res.Account.Type, res.Account.Email, res.Account.PlanType
 			}
+		}
+		a.reply(requester, resp)
+	})
+}
+
+// rateLimits answers a RateLimitsRequest from account/rateLimits/read:
+// every bucket by its limit id, else the single one.
+func (a *loginActor) rateLimits(requester *actor.PID) {
+	a.goCall(false, func(ctx context.Context, client *codexrpc.Client, err error) {
+		resp := messages.RateLimitsResponse{User: a.user}
+		var res codexrpc.RateLimitsResult
+		if err == nil {
+			res, err = client.RateLimits(ctx)
+		}
+		if err != nil {
+			resp.Error = err.Error()
+			a.reply(requester, resp)
+			return
+		}
+		if len(res.ByLimitID) == 0 {
+			resp.Limits = []messages.RateLimit{rateLimit(res.RateLimits)}
+		}
+		for _, id := range slices.Sorted(maps.Keys(res.ByLimitID)) {
+			l := rateLimit(res.ByLimitID[id])
+			if l.LimitID == "" {
+				l.LimitID = id
+			}
+			resp.Limits = append(resp.Limits, l)
 		}
 		a.reply(requester, resp)
 	})

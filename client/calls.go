@@ -112,6 +112,15 @@ func (c *Client) ListModels(ctx context.Context, req messages.ModelsRequest) (me
 	return m.(messages.ModelsResponse), nil
 }
 
+// RateLimits asks for the rate limits of user's codex account.
+func (c *Client) RateLimits(ctx context.Context, user string) (messages.RateLimitsResponse, error) {
+	m, err := c.request(ctx, messages.RateLimitsRequest{User: user}, is[messages.RateLimitsResponse])
+	if err != nil {
+		return messages.RateLimitsResponse{}, err
+	}
+	return m.(messages.RateLimitsResponse), nil
+}
+
 // is reports whether m is a T.
 func is[T any](m any) bool {
 	_, ok := m.(T)

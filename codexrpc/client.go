@@ -148,6 +148,14 @@ func (c *Client) LoginCancel(ctx context.Context, loginID string) (string, error
 	return res.Status, err
 }
 
+// RateLimits reads the account's rate limits (a ChatGPT login's; without
+// one the server answers an error).
+func (c *Client) RateLimits(ctx context.Context) (RateLimitsResult, error) {
+	var res RateLimitsResult
+	err := c.Conn.Call(ctx, MethodRateLimitsRead, json.RawMessage("null"), &res)
+	return res, err
+}
+
 // Logout removes the home's login. The method takes no params: the schema
 // wants "params":null (the CLI accepts {} too, but the schema does not).
 func (c *Client) Logout(ctx context.Context) error {

@@ -17,6 +17,7 @@ const (
 	MethodTurnSteer        = "turn/steer"
 	MethodModelList        = "model/list"
 	MethodAccountRead      = "account/read"
+	MethodRateLimitsRead   = "account/rateLimits/read"
 	MethodLoginStart       = "account/login/start"
 	MethodLoginCancel      = "account/login/cancel"
 	MethodLogout           = "account/logout"
@@ -233,6 +234,40 @@ type ModelInfo struct {
 type ReasoningEffort struct {
 	ReasoningEffort string `json:"reasoningEffort"`
 	Description     string `json:"description"`
+}
+
+// RateLimitsResult answers account/rateLimits/read: RateLimits, the
+// historical single bucket, and ByLimitID, every bucket by its limit id
+// (null from servers that send only the one).
+type RateLimitsResult struct {
+	RateLimits RateLimitSnapshot            `json:"rateLimits"`
+	ByLimitID  map[string]RateLimitSnapshot `json:"rateLimitsByLimitId"`
+}
+
+// RateLimitSnapshot is one bucket of an account's rate limits.
+type RateLimitSnapshot struct {
+	LimitID              *string          `json:"limitId"`
+	LimitName            *string          `json:"limitName"`
+	PlanType             *string          `json:"planType"`
+	Primary              *RateLimitWindow `json:"primary"`
+	Secondary            *RateLimitWindow `json:"secondary"`
+	Credits              *CreditsSnapshot `json:"credits"`
+	RateLimitReachedType *string          `json:"rateLimitReachedType"`
+}
+
+// RateLimitWindow is a rate-limit window: how much of it is used, how
+// long it is, when it resets (Unix seconds).
+type RateLimitWindow struct {
+	UsedPercent        int32  `json:"usedPercent"`
+	WindowDurationMins *int64 `json:"windowDurationMins"`
+	ResetsAt           *int64 `json:"resetsAt"`
+}
+
+// CreditsSnapshot is an account's credits.
+type CreditsSnapshot struct {
+	HasCredits bool    `json:"hasCredits"`
+	Unlimited  bool    `json:"unlimited"`
+	Balance    *string `json:"balance"`
 }
 
 // AccountReadResult answers account/read.

@@ -129,6 +129,55 @@ type Model struct {
 	Hidden bool `msgpack:"hidden,omitempty"`
 }
 
+// RateLimitsRequest asks for the rate limits of User's codex account (a
+// ChatGPT login's; codex has none to report for an API key). The reply is
+// one [RateLimitsResponse], so it may be used with Engine.Request.
+type RateLimitsRequest struct {
+	User string `msgpack:"user,omitempty"`
+}
+
+// RateLimitsResponse answers a [RateLimitsRequest]: one entry per limit
+// codex meters (such as "codex"). Error says why they could not be read
+// (without a ChatGPT login: "codex account authentication required to read
+// rate limits"); Limits is then empty.
+type RateLimitsResponse struct {
+	User   string      `msgpack:"user,omitempty"`
+	Limits []RateLimit `msgpack:"limits,omitempty"`
+	Error  string      `msgpack:"error,omitempty"`
+}
+
+// RateLimit is one metered limit of a [RateLimitsResponse].
+type RateLimit struct {
+	LimitID   string `msgpack:"limit_id,omitempty"`
+	LimitName string `msgpack:"limit_name,omitempty"`
+	PlanType  string `msgpack:"plan_type,omitempty"`
+	// Primary and Secondary are the limit's windows (such as 5 hours and a
+	// week), when codex reports them.
+	Primary   *RateLimitWindow `msgpack:"primary,omitempty"`
+	Secondary *RateLimitWindow `msgpack:"secondary,omitempty"`
+	// ReachedType says which limit was reached ("rate_limit_reached",
+	// "workspace_owner_credits_depleted", …); empty when none is.
+	ReachedType string `msgpack:"reached_type,omitempty"`
+	// Credits are the account's credits, when codex reports them.
+	Credits *Credits `msgpack:"credits,omitempty"`
+}
+
+// RateLimitWindow is one window of a [RateLimit].
+type RateLimitWindow struct {
+	UsedPercent   int32 `msgpack:"used_percent,omitempty"`
+	WindowMinutes int64 `msgpack:"window_minutes,omitempty"`
+	// ResetsAtUnix is when the window resets, in Unix seconds; 0 if not
+	// known.
+	ResetsAtUnix int64 `msgpack:"resets_at_unix,omitempty"`
+}
+
+// Credits are an account's credits.
+type Credits struct {
+	HasCredits bool   `msgpack:"has_credits,omitempty"`
+	Unlimited  bool   `msgpack:"unlimited,omitempty"`
+	Balance    string `msgpack:"balance,omitempty"`
+}
+
 // Rejected is the error reply, sent to the sender, to a message that could
 // not be decoded (unknown type, malformed body), failed validation, or,
 // for the commands whose replies have no error field ([SetAPIKey],

@@ -62,6 +62,14 @@ func samples() []any {
 				InputModalities: []string{"text", "image"}, Hidden: true},
 			{ID: "m2"},
 		}},
+		RateLimitsRequest{User: "u1"},
+		RateLimitsResponse{User: "u1", Error: "e", Limits: []RateLimit{
+			{LimitID: "codex", LimitName: "Codex", PlanType: "plus", ReachedType: "rate_limit_reached",
+				Primary:   &RateLimitWindow{UsedPercent: 42, WindowMinutes: 300, ResetsAtUnix: 1796217815},
+				Secondary: &RateLimitWindow{UsedPercent: 7},
+				Credits:   &Credits{HasCredits: true, Balance: "12.5"}},
+			{LimitID: "other"},
+		}},
 		Rejected{Type: "start_login.v1", Reason: "user is empty"},
 	}
 }

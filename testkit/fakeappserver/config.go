@@ -118,6 +118,11 @@ type Fake struct {
 	// (nextCursor the next page's offset) when the request sets no limit.
 	// Zero answers every model in one page, like the real server.
 	ModelPageSize int `json:"modelPageSize,omitempty"`
+	// RateLimits is the result account/rateLimits/read answers, as a
+	// ChatGPT login's would be. Empty answers what the real server answers
+	// without one: -32600 "codex account authentication required to read
+	// rate limits".
+	RateLimits json.RawMessage `json:"rateLimits,omitempty"`
 	// RecordPath, if set, gets every line the fake receives appended to it,
 	// verbatim, as soon as it is read.
 	RecordPath string `json:"recordPath,omitempty"`

@@ -35,7 +35,8 @@
 //     turn/start is handled unless HoldTurns or ServerRequests pause them.
 //   - model/list (the recorded catalogue: hidden models with includeHidden,
 //     pages by limit and cursor), mcpServerStatus/list,
-//     account/read, account/login/start (apiKey, chatgpt,
+//     account/read, account/rateLimits/read (the error without a ChatGPT
+//     login, or RateLimits), account/login/start (apiKey, chatgpt,
 //     chatgptDeviceCode), account/login/cancel, account/logout: the recorded
 //     answers and notifications.
 //   - A method the real server does not know → "Invalid request: unknown

@@ -530,3 +530,19 @@ func TestModelListPages(t *testing.T) {
 		t.Errorf("cursor past the end: %q", e.Message)
 	}
 }
+
+// account/rateLimits/read: the real server's error without a ChatGPT login,
+// RateLimits when set.
+func TestRateLimits(t *testing.T) {
+	c := serve(t, fakeappserver.Fake{})
+	c.initialize()
+	if e := c.callErr("account/rateLimits/read", nil); e.Code != -32600 || e.Message != "codex account authentication required to read rate limits" {
+		t.Errorf("without RateLimits: %d %q", e.Code, e.Message)
+	}
+	want := `{"rateLimits":{"limitId":"codex","primary":null,"secondary":null}}`
+	c = serve(t, fakeappserver.Fake{RateLimits: json.RawMessage(want)})
+	c.initialize()
+	if res, _ := c.callOK("account/rateLimits/read", nil); str(res, "rateLimits", "limitId") != "codex" {
+		t.Errorf("with RateLimits: %s", res)
+	}
+}

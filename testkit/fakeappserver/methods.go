@@ -20,28 +20,29 @@ import (
 var modelList json.RawMessage
 
 // paramless are the implemented methods whose requests carry no params.
-var paramless = map[string]bool{"account/logout": true}
+var paramless = map[string]bool{"account/logout": true, "account/rateLimits/read": true}
 
 type handler func(s *session, id, params json.RawMessage)
 
 // handlers holds every method the fake implements, besides initialize.
 var handlers = map[string]handler{
-	"thread/start":         (*session).threadStart,
-	"thread/resume":        (*session).threadResume,
-	"thread/name/set":      (*session).threadNameSet,
-	"thread/read":          (*session).threadRead,
-	"thread/loaded/list":   (*session).threadLoadedList,
-	"thread/unsubscribe":   (*session).threadUnsubscribe,
-	"thread/archive":       (*session).threadArchive,
-	"turn/start":           (*session).turnStart,
-	"turn/steer":           (*session).turnSteer,
-	"turn/interrupt":       (*session).turnInterrupt,
-	"model/list":           (*session).modelList,
-	"mcpServerStatus/list": func(s *session, id, _ json.RawMessage) { s.reply(id, obj{"data": []any{}, "nextCursor": nil}) },
-	"account/read":         (*session).accountRead,
-	"account/login/start":  (*session).accountLoginStart,
-	"account/login/cancel": (*session).accountLoginCancel,
-	"account/logout":       (*session).accountLogout,
+	"thread/start":            (*session).threadStart,
+	"thread/resume":           (*session).threadResume,
+	"thread/name/set":         (*session).threadNameSet,
+	"thread/read":             (*session).threadRead,
+	"thread/loaded/list":      (*session).threadLoadedList,
+	"thread/unsubscribe":      (*session).threadUnsubscribe,
+	"thread/archive":          (*session).threadArchive,
+	"turn/start":              (*session).turnStart,
+	"turn/steer":              (*session).turnSteer,
+	"turn/interrupt":          (*session).turnInterrupt,
+	"model/list":              (*session).modelList,
+	"mcpServerStatus/list":    func(s *session, id, _ json.RawMessage) { s.reply(id, obj{"data": []any{}, "nextCursor": nil}) },
+	"account/read":            (*session).accountRead,
+	"account/rateLimits/read": (*session).rateLimitsRead,
+	"account/login/start":     (*session).accountLoginStart,
+	"account/login/cancel":    (*session).accountLoginCancel,
+	"account/logout":          (*session).accountLogout,
 }
 
 func (s *session) request(id json.RawMessage, method string, params json.RawMessage) {
@@ -569,6 +570,16 @@ func (s *session) threadArchive(id, params json.RawMessage) {
 	}
 	s.reply(id, obj{})
 	s.notify("thread/archived", obj{"threadId": p.ThreadID})
+}
+
+// rateLimitsRead answers RateLimits, or, like the real server without a
+// ChatGPT login, the authentication error.
+func (s *session) rateLimitsRead(id, _ json.RawMessage) {
+	if len(s.f.RateLimits) == 0 {
+		s.invalid(id, "codex account authentication required to read rate limits")
+		return
+	}
+	s.reply(id, s.f.RateLimits)
 }
 
 func (s *session) accountRead(id, _ json.RawMessage) {
