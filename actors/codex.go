@@ -2,12 +2,15 @@ package actors
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -174,6 +177,8 @@ func (a *codexActor) Receive(c *actor.Context) {
 			c.Send(m.round, roundNote{note: n})
 		}
 		a.touch()
+	case reopenThread:
+		a.threads.reopen(m.threadID)
 	case unsubscribe:
 		a.threads.unsubscribe(m.threadID, m.round)
 		a.touch()
@@ -640,9 +645,73 @@ func (a *codexActor) route(n *codexrpc.Notification) {
 		}
 		return
 	}
-	if round, ok := a.threads.route(threadID, n); ok {
+	round, ok := a.threads.route(threadID, n)
+	if ok {
 		a.engine.Send(round, roundNote{note: n})
 	}
+	if n.Method == codexrpc.NoteMCPStartupStatus {
+		a.mcpStartup(threadID, n, round)
+	}
+}
+
+// MCPStartupReported is broadcast on the engine's event stream for every
+// MCP server startup status an app-server reports (a thread's servers
+// start after thread/start or thread/resume, and a dead one takes a second
+// or so to fail). Round is the round it was delivered to; Kept is a status
+// kept for the round about to subscribe (it reported before the round's
+// subscribe); with neither, the thread's round had left and the status
+// is only logged. Error has the round's MCP token and every URL's query
+// and userinfo removed.
+type MCPStartupReported struct {
+	User     string
+	ThreadID string
+	Server   string
+	Status   string // starting | ready | failed | …
+	Error    string
+	Round    *actor.PID
+	Kept     bool
+}
+
+// maxMCPErrorLen bounds the error text of a failed MCP start in logs.
+const maxMCPErrorLen = 1024
+
+// mcpStartup logs an MCP server's startup status (a failure at Warn, with
+// the server and its error) and broadcasts it.
+func (a *codexActor) mcpStartup(threadID string, n *codexrpc.Notification, round *actor.PID) {
+	var s codexrpc.MCPStartupStatus
+	if json.Unmarshal(n.Params, &s) != nil {
+		return
+	}
+	ev := MCPStartupReported{User: a.user, ThreadID: threadID, Server: s.Name, Status: s.Status, Round: round,
+		Kept: round == nil && a.threads.keeps(threadID)}
+	if s.Error != nil {
+		ev.Error = a.redact.Redact(scrubURLs(*s.Error))
+		if len(ev.Error) > maxMCPErrorLen {
+			ev.Error = ev.Error[:maxMCPErrorLen] + "…"
+		}
+	}
+	log := a.log.With("thread", threadID, "server", s.Name, "round_gone", round == nil && !ev.Kept)
+	if s.Status == "failed" {
+		log.Warn("MCP server failed to start", "err", ev.Error)
+	} else {
+		log.Debug("MCP server startup", "status", s.Status)
+	}
+	a.engine.BroadcastEvent(ev)
+}
+
+// urlPattern finds URLs in free text.
+var urlPattern = regexp.MustCompile(`https?://[^\s()<>"'\x60]+`)
+
+// scrubURLs keeps only the scheme, host and path of every URL in text:
+// userinfo and query may hold secrets.
+func scrubURLs(text string) string {
+	return urlPattern.ReplaceAllStringFunc(text, func(u string) string {
+		p, err := url.Parse(u)
+		if err != nil {
+			return "<URL>"
+		}
+		return (&url.URL{Scheme: p.Scheme, Host: p.Host, Path: p.Path}).String()
+	})
 }
 
 // answer decides a server request in-line: nothing ever waits on a human.

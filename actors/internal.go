@@ -156,6 +156,11 @@ type unsubscribe struct {
 	round    *actor.PID
 }
 
+// reopenThread tells the codex actor that a round is about to resume
+// threadID: what the thread says from now on is kept for the round's
+// subscription, even if an earlier round left it.
+type reopenThread struct{ threadID string }
+
 // roundNote is a routed notification, delivered to the round actor.
 type roundNote struct{ note *codexrpc.Notification }
 

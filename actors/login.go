@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -114,7 +116,9 @@ func (a *loginActor) Receive(c *actor.Context) {
 	case messages.AccountRequest:
 		a.account(c.Sender())
 	case messages.ModelsRequest:
-		a.models(c.Sender())
+		a.models(c.Sender(), m.IncludeHidden)
+	case messages.RateLimitsRequest:
+		a.rateLimits(c.Sender())
 	}
 }
 
@@ -305,22 +309,51 @@ func (a *loginActor) account(requester *actor.PID) {
 	})
 }
 
-func (a *loginActor) models(requester *actor.PID) {
+// rateLimits answers a RateLimitsRequest from account/rateLimits/read:
+// every bucket by its limit id, else the single one.
+func (a *loginActor) rateLimits(requester *actor.PID) {
+	a.goCall(false, func(ctx context.Context, client *codexrpc.Client, err error) {
+		resp := messages.RateLimitsResponse{User: a.user}
+		var res codexrpc.RateLimitsResult
+		if err == nil {
+			res, err = client.RateLimits(ctx)
+		}
+		if err != nil {
+			resp.Error = err.Error()
+			a.reply(requester, resp)
+			return
+		}
+		if len(res.ByLimitID) == 0 {
+			resp.Limits = []messages.RateLimit{rateLimit(res.RateLimits)}
+		}
+		for _, id := range slices.Sorted(maps.Keys(res.ByLimitID)) {
+			l := rateLimit(res.ByLimitID[id])
+			if l.LimitID == "" {
+				l.LimitID = id
+			}
+			resp.Limits = append(resp.Limits, l)
+		}
+		a.reply(requester, resp)
+	})
+}
+
+func (a *loginActor) models(requester *actor.PID, includeHidden bool) {
 	a.goCall(false, func(ctx context.Context, client *codexrpc.Client, err error) {
 		resp := messages.ModelsResponse{User: a.user}
-		var res codexrpc.ModelListResult
+		var models []codexrpc.ModelInfo
 		if err == nil {
-			res, err = client.ModelList(ctx)
+			models, err = client.ModelListAll(ctx, includeHidden)
 		}
 		if err != nil {
 			resp.Error = err.Error()
 		}
-		for _, m := range res.Data {
-			if m.Hidden {
+		for _, m := range models {
+			if m.Hidden && !includeHidden {
 				continue
 			}
 			mm := messages.Model{ID: m.ID, DisplayName: m.DisplayName, Description: m.Description,
-				DefaultEffort: m.DefaultReasoningEffort, IsDefault: m.IsDefault}
+				DefaultEffort: m.DefaultReasoningEffort, IsDefault: m.IsDefault,
+				InputModalities: m.InputModalities, Hidden: m.Hidden}
 			for _, e := range m.SupportedReasoningEfforts {
 				mm.Efforts = append(mm.Efforts, e.ReasoningEffort)
 			}

@@ -781,6 +781,27 @@ func TestModelsAndAccountWithoutLogin(t *testing.T) {
 	if withEfforts == 0 || defaults != 1 {
 		t.Errorf("%d models with efforts and a default effort, %d default models: %+v", withEfforts, defaults, res.Models)
 	}
+	// Every model says what input it takes; hidden ones come only when
+	// asked for, marked.
+	hiddenIn := func(ms []messages.Model) (n int) {
+		for _, m := range ms {
+			if !slices.Contains(m.InputModalities, "text") {
+				t.Errorf("%s: input modalities %v, want text among them", m.ID, m.InputModalities)
+			}
+			if m.Hidden {
+				n++
+			}
+		}
+		return n
+	}
+	if n := hiddenIn(res.Models); n != 0 {
+		t.Errorf("%d hidden models listed without include_hidden", n)
+	}
+	h.send(c, messages.ModelsRequest{User: "alice", IncludeHidden: true})
+	all := expect[messages.ModelsResponse](t, c)
+	if n := hiddenIn(all.Models); all.Error != "" || n == 0 || len(all.Models) != len(res.Models)+n {
+		t.Errorf("with include_hidden: %d models, %d hidden (error %q); want the %d visible ones and some hidden", len(all.Models), n, all.Error, len(res.Models))
+	}
 
 	h.send(c, messages.AccountRequest{User: "alice"})
 	acct := expect[messages.AccountResponse](t, c)

@@ -298,3 +298,32 @@ func isProgress(n *codexrpc.Notification) bool {
 	var e codexrpc.ErrorNotification
 	return json.Unmarshal(n.Params, &e) != nil || !e.WillRetry
 }
+
+// rateLimit is one rate-limit bucket as the mesh sees it.
+func rateLimit(s codexrpc.RateLimitSnapshot) messages.RateLimit {
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	window := func(w *codexrpc.RateLimitWindow) *messages.RateLimitWindow {
+		if w == nil {
+			return nil
+		}
+		out := &messages.RateLimitWindow{UsedPercent: w.UsedPercent}
+		if w.WindowDurationMins != nil {
+			out.WindowMinutes = *w.WindowDurationMins
+		}
+		if w.ResetsAt != nil {
+			out.ResetsAtUnix = *w.ResetsAt
+		}
+		return out
+	}
+	l := messages.RateLimit{LimitID: str(s.LimitID), LimitName: str(s.LimitName), PlanType: str(s.PlanType),
+		Primary: window(s.Primary), Secondary: window(s.Secondary), ReachedType: str(s.RateLimitReachedType)}
+	if c := s.Credits; c != nil {
+		l.Credits = &messages.Credits{HasCredits: c.HasCredits, Unlimited: c.Unlimited, Balance: str(c.Balance)}
+	}
+	return l
+}

@@ -541,6 +541,10 @@ func (r *roundActor) drive(ctx context.Context) {
 			r.log.Debug("unsubscribing the thread before resuming it", "err", err)
 		}
 		cancel()
+		// What the thread says from here on (its MCP servers' startup) is
+		// this round's: the unsubscribe's answer came after anything the
+		// thread said before, and the codex actor hears of it in that order.
+		r.engine.Send(r.codex, reopenThread{threadID: threadID})
 		cctx, cancel = call()
 		_, err = client.ThreadResume(cctx, codexrpc.ThreadResumeParams{
 			ThreadID: threadID, Cwd: r.cfg.Workspace, Sandbox: r.cfg.Sandbox,

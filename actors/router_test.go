@@ -74,10 +74,19 @@ func TestThreadRouter(t *testing.T) {
 	if _, ok := r.route("t1", n("after")); ok || r.active() != 0 {
 		t.Errorf("routed after the unsubscribe (active %d)", r.active())
 	}
-	// What came after the round left is not replayed to the next round.
-	r.unsubscribe("t1", a)
+	// What came after the round left (a late MCP startup status) is not
+	// replayed to the next round.
 	if got := r.subscribe(subscribe{threadID: "t1", round: b}); len(got) != 0 {
 		t.Errorf("the next round got %v, said after the previous one left", methods(got))
+	}
+	// A round that reopens the thread (a resume) has what it says from
+	// then on kept for its subscription.
+	r.unsubscribe("t1", b)
+	r.route("t1", n("late"))
+	r.reopen("t1")
+	r.route("t1", n("resumed"))
+	if got := methods(r.subscribe(subscribe{threadID: "t1", round: b})); !eq(got, []string{"resumed"}) {
+		t.Errorf("after reopen, subscribe handed over %v, want [resumed]", got)
 	}
 
 	// The limit: at 3 kept in all, the next one drops everything kept.
@@ -90,6 +99,20 @@ func TestThreadRouter(t *testing.T) {
 	}
 	if got := methods(r.subscribe(subscribe{threadID: "t4", round: a})); !eq(got, []string{"x4"}) {
 		t.Errorf("after the drop, kept %v, want [x4]", got)
+	}
+
+	// The threads that were left are remembered, at most limit of them,
+	// the oldest forgotten first.
+	for _, id := range []string{"l1", "l2", "l3", "l4"} {
+		r.subscribe(subscribe{threadID: id, round: a})
+		r.unsubscribe(id, a)
+	}
+	if _, ok := r.route("l2", n("late")); ok || len(r.early["l2"]) != 0 {
+		t.Error("a late notice of a thread that was left was kept")
+	}
+	r.route("l1", n("unknown again"))
+	if len(r.early["l1"]) != 1 || len(r.left) != 3 {
+		t.Errorf("the oldest left thread is still remembered (%d kept, %d left)", len(r.early["l1"]), len(r.left))
 	}
 
 	rounds := r.reset()

@@ -93,7 +93,7 @@ func (u *userActor) Receive(c *actor.Context) {
 		u.active()
 		u.control(c, m.Thread, m.RoundID)
 	case messages.StartLogin, messages.CancelLogin, messages.SetAPIKey, messages.Logout,
-		messages.AccountRequest, messages.ModelsRequest:
+		messages.AccountRequest, messages.ModelsRequest, messages.RateLimitsRequest:
 		u.active()
 		c.Engine().SendWithSender(u.login, m, c.Sender())
 	}

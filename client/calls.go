@@ -99,11 +99,26 @@ func (c *Client) Account(ctx context.Context, user string) (messages.AccountResp
 // Models lists the models user's codex offers. A failure to list them is
 // in the answer's Error, with a nil error.
 func (c *Client) Models(ctx context.Context, user string) (messages.ModelsResponse, error) {
-	m, err := c.request(ctx, messages.ModelsRequest{User: user}, is[messages.ModelsResponse])
+	return c.ListModels(ctx, messages.ModelsRequest{User: user})
+}
+
+// ListModels is [Client.Models] with every field of the request, such as
+// IncludeHidden.
+func (c *Client) ListModels(ctx context.Context, req messages.ModelsRequest) (messages.ModelsResponse, error) {
+	m, err := c.request(ctx, req, is[messages.ModelsResponse])
 	if err != nil {
 		return messages.ModelsResponse{}, err
 	}
 	return m.(messages.ModelsResponse), nil
+}
+
+// RateLimits asks for the rate limits of user's codex account.
+func (c *Client) RateLimits(ctx context.Context, user string) (messages.RateLimitsResponse, error) {
+	m, err := c.request(ctx, messages.RateLimitsRequest{User: user}, is[messages.RateLimitsResponse])
+	if err != nil {
+		return messages.RateLimitsResponse{}, err
+	}
+	return m.(messages.RateLimitsResponse), nil
 }
 
 // is reports whether m is a T.

@@ -89,11 +89,42 @@ func (c *Client) TurnSteer(ctx context.Context, p TurnSteerParams) (string, erro
 	return res.TurnID, err
 }
 
-// ModelList lists the models the CLI offers.
-func (c *Client) ModelList(ctx context.Context) (ModelListResult, error) {
+// ModelList reads one page of the models the CLI offers.
+func (c *Client) ModelList(ctx context.Context, p ModelListParams) (ModelListResult, error) {
 	var res ModelListResult
-	err := c.Conn.Call(ctx, MethodModelList, struct{}{}, &res)
+	err := c.Conn.Call(ctx, MethodModelList, p, &res)
 	return res, err
+}
+
+// MaxModelPages bounds the pages ModelListAll reads.
+const MaxModelPages = 64
+
+// ModelListAll reads every page of model/list, following nextCursor, with
+// hidden models when includeHidden. A server that repeats a cursor, or
+// has more than MaxModelPages pages, is an error.
+func (c *Client) ModelListAll(ctx context.Context, includeHidden bool) ([]ModelInfo, error) {
+	var all []ModelInfo
+	p := ModelListParams{IncludeHidden: includeHidden}
+	seen := map[string]bool{}
+	for range MaxModelPages {
+		res, err := c.ModelList(ctx, p)
+		if err != nil {
+			if p.Cursor != nil {
+				return nil, fmt.Errorf("model/list at cursor %q: %w", *p.Cursor, err)
+			}
+			return nil, err
+		}
+		all = append(all, res.Data...)
+		if res.NextCursor == nil {
+			return all, nil
+		}
+		if seen[*res.NextCursor] {
+			return nil, fmt.Errorf("model/list repeated the cursor %q", *res.NextCursor)
+		}
+		seen[*res.NextCursor] = true
+		p.Cursor = res.NextCursor
+	}
+	return nil, fmt.Errorf("model/list has more than %d pages", MaxModelPages)
 }
 
 // AccountRead reports the login state.
@@ -115,6 +146,14 @@ func (c *Client) LoginCancel(ctx context.Context, loginID string) (string, error
 	var res LoginCancelResult
 	err := c.Conn.Call(ctx, MethodLoginCancel, LoginCancelParams{LoginID: loginID}, &res)
 	return res.Status, err
+}
+
+// RateLimits reads the account's rate limits (a ChatGPT login's; without
+// one the server answers an error).
+func (c *Client) RateLimits(ctx context.Context) (RateLimitsResult, error) {
+	var res RateLimitsResult
+	err := c.Conn.Call(ctx, MethodRateLimitsRead, json.RawMessage("null"), &res)
+	return res, err
 }
 
 // Logout removes the home's login. The method takes no params: the schema

@@ -360,7 +360,7 @@ func TestClientConformance(t *testing.T) {
 		ApprovalPolicy: ApprovalNever, ExcludeTurns: true,
 	})
 	must("thread/resume", err)
-	_, err = cl.ModelList(ctx)
+	_, err = cl.ModelList(ctx, ModelListParams{})
 	must("model/list", err)
 	_, err = cl.AccountRead(ctx)
 	must("account/read", err)

@@ -160,7 +160,7 @@ func (fk *faked) turn(t *testing.T, threadID string) TurnNotification {
 // healthy checks that the connection still answers calls.
 func (fk *faked) healthy(t *testing.T) {
 	t.Helper()
-	res, err := fk.client.ModelList(ctxFor(t))
+	res, err := fk.client.ModelList(ctxFor(t), ModelListParams{})
 	if err != nil || len(res.Data) == 0 {
 		t.Fatalf("model/list after the fault: %d models, %v", len(res.Data), err)
 	}
@@ -495,5 +495,38 @@ func TestStopWithStrayHoldingPipes(t *testing.T) {
 	}
 	if err := syscall.Kill(stray, 0); err != nil {
 		t.Errorf("the stray should still be alive (it left the group): %v", err)
+	}
+}
+
+// ModelListAll follows nextCursor through every page, with the hidden
+// models only when asked.
+func TestFakeModelListAllPages(t *testing.T) {
+	fk := startFake(t, fakeappserver.Fake{ModelPageSize: 2}, fakeOptions{})
+	page, err := fk.client.ModelList(ctxFor(t), ModelListParams{})
+	if err != nil || len(page.Data) != 2 || page.NextCursor == nil {
+		t.Fatalf("first page: %d models, next %v, %v; want 2 and a cursor", len(page.Data), page.NextCursor, err)
+	}
+	for _, tt := range []struct {
+		hidden bool
+		want   int
+	}{{false, 9}, {true, 12}} {
+		all, err := fk.client.ModelListAll(ctxFor(t), tt.hidden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[string]bool{}
+		hidden := 0
+		for _, m := range all {
+			ids[m.ID] = true
+			if m.Hidden {
+				hidden++
+			}
+			if len(m.InputModalities) == 0 {
+				t.Errorf("%s: no input modalities", m.ID)
+			}
+		}
+		if len(all) != tt.want || len(ids) != tt.want || (hidden > 0) != tt.hidden {
+			t.Errorf("includeHidden %v: %d models (%d distinct, %d hidden), want %d", tt.hidden, len(all), len(ids), hidden, tt.want)
+		}
 	}
 }

@@ -17,6 +17,7 @@ const (
 	MethodTurnSteer        = "turn/steer"
 	MethodModelList        = "model/list"
 	MethodAccountRead      = "account/read"
+	MethodRateLimitsRead   = "account/rateLimits/read"
 	MethodLoginStart       = "account/login/start"
 	MethodLoginCancel      = "account/login/cancel"
 	MethodLogout           = "account/logout"
@@ -199,6 +200,15 @@ type TurnSteerResult struct {
 	TurnID string `json:"turnId"`
 }
 
+// ModelListParams are model/list's: a page from Cursor (nil: the first),
+// of Limit models (0: the server's choice), with the hidden models when
+// IncludeHidden.
+type ModelListParams struct {
+	Cursor        *string `json:"cursor,omitempty"`
+	Limit         uint32  `json:"limit,omitempty"`
+	IncludeHidden bool    `json:"includeHidden,omitempty"`
+}
+
 // ModelListResult answers model/list.
 type ModelListResult struct {
 	Data       []ModelInfo `json:"data"`
@@ -214,13 +224,50 @@ type ModelInfo struct {
 	Hidden                    bool              `json:"hidden"`
 	SupportedReasoningEfforts []ReasoningEffort `json:"supportedReasoningEfforts"`
 	DefaultReasoningEffort    string            `json:"defaultReasoningEffort"`
-	IsDefault                 bool              `json:"isDefault"`
+	// InputModalities are "text", "image", "audio" (absent: text and
+	// image, the schema's default).
+	InputModalities []string `json:"inputModalities"`
+	IsDefault       bool     `json:"isDefault"`
 }
 
 // ReasoningEffort is one supported effort of a model.
 type ReasoningEffort struct {
 	ReasoningEffort string `json:"reasoningEffort"`
 	Description     string `json:"description"`
+}
+
+// RateLimitsResult answers account/rateLimits/read: RateLimits, the
+// historical single bucket, and ByLimitID, every bucket by its limit id
+// (null from servers that send only the one).
+type RateLimitsResult struct {
+	RateLimits RateLimitSnapshot            `json:"rateLimits"`
+	ByLimitID  map[string]RateLimitSnapshot `json:"rateLimitsByLimitId"`
+}
+
+// RateLimitSnapshot is one bucket of an account's rate limits.
+type RateLimitSnapshot struct {
+	LimitID              *string          `json:"limitId"`
+	LimitName            *string          `json:"limitName"`
+	PlanType             *string          `json:"planType"`
+	Primary              *RateLimitWindow `json:"primary"`
+	Secondary            *RateLimitWindow `json:"secondary"`
+	Credits              *CreditsSnapshot `json:"credits"`
+	RateLimitReachedType *string          `json:"rateLimitReachedType"`
+}
+
+// RateLimitWindow is a rate-limit window: how much of it is used, how
+// long it is, when it resets (Unix seconds).
+type RateLimitWindow struct {
+	UsedPercent        int32  `json:"usedPercent"`
+	WindowDurationMins *int64 `json:"windowDurationMins"`
+	ResetsAt           *int64 `json:"resetsAt"`
+}
+
+// CreditsSnapshot is an account's credits.
+type CreditsSnapshot struct {
+	HasCredits bool    `json:"hasCredits"`
+	Unlimited  bool    `json:"unlimited"`
+	Balance    *string `json:"balance"`
 }
 
 // AccountReadResult answers account/read.

@@ -148,6 +148,7 @@ func TestKindOf(t *testing.T) {
 		{messages.Logout{User: "u"}, KindLogin},
 		{messages.AccountRequest{User: "u"}, KindAccount},
 		{messages.ModelsRequest{User: "u"}, KindAccount},
+		{messages.RateLimitsRequest{User: "u"}, KindAccount},
 	} {
 		k, u, ok := KindOf(tc.msg)
 		if !ok || k != tc.kind || u != "u" {

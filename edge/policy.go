@@ -21,7 +21,7 @@ const (
 	KindRounds  Kind = "rounds"  // StartRound
 	KindControl Kind = "control" // InterruptRound, SteerRound
 	KindLogin   Kind = "login"   // StartLogin, CancelLogin, SetAPIKey, Logout
-	KindAccount Kind = "account" // AccountRequest, ModelsRequest
+	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest
 )
 
 var kinds = []Kind{KindRounds, KindControl, KindLogin, KindAccount}
@@ -47,6 +47,8 @@ func KindOf(msg any) (k Kind, user string, ok bool) {
 	case messages.AccountRequest:
 		return KindAccount, m.User, true
 	case messages.ModelsRequest:
+		return KindAccount, m.User, true
+	case messages.RateLimitsRequest:
 		return KindAccount, m.User, true
 	}
 	return "", "", false

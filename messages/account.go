@@ -94,10 +94,13 @@ type AccountResponse struct {
 	Error              string `msgpack:"error,omitempty"`
 }
 
-// ModelsRequest asks for the models User's codex offers. The reply is one
-// [ModelsResponse], so it may be used with Engine.Request.
+// ModelsRequest asks for the models User's codex offers (every page of
+// them). The reply is one [ModelsResponse], so it may be used with
+// Engine.Request. IncludeHidden adds the models codex hides from its
+// picker (marked [Model].Hidden).
 type ModelsRequest struct {
-	User string `msgpack:"user,omitempty"`
+	User          string `msgpack:"user,omitempty"`
+	IncludeHidden bool   `msgpack:"include_hidden,omitempty"`
 }
 
 // ModelsResponse answers a [ModelsRequest]. Error says why the models could
@@ -118,6 +121,61 @@ type Model struct {
 	DefaultEffort string   `msgpack:"default_effort,omitempty"`
 	// IsDefault marks codex's default model.
 	IsDefault bool `msgpack:"is_default,omitempty"`
+	// InputModalities are the kinds of input the model takes: "text",
+	// "image", "audio" (codex may add others).
+	InputModalities []string `msgpack:"input_modalities,omitempty"`
+	// Hidden marks a model codex hides from its picker; only listed with
+	// [ModelsRequest].IncludeHidden.
+	Hidden bool `msgpack:"hidden,omitempty"`
+}
+
+// RateLimitsRequest asks for the rate limits of User's codex account (a
+// ChatGPT login's; codex has none to report for an API key). The reply is
+// one [RateLimitsResponse], so it may be used with Engine.Request.
+type RateLimitsRequest struct {
+	User string `msgpack:"user,omitempty"`
+}
+
+// RateLimitsResponse answers a [RateLimitsRequest]: one entry per limit
+// codex meters (such as "codex"). Error says why they could not be read
+// (without a ChatGPT login: "codex account authentication required to read
+// rate limits"); Limits is then empty.
+type RateLimitsResponse struct {
+	User   string      `msgpack:"user,omitempty"`
+	Limits []RateLimit `msgpack:"limits,omitempty"`
+	Error  string      `msgpack:"error,omitempty"`
+}
+
+// RateLimit is one metered limit of a [RateLimitsResponse].
+type RateLimit struct {
+	LimitID   string `msgpack:"limit_id,omitempty"`
+	LimitName string `msgpack:"limit_name,omitempty"`
+	PlanType  string `msgpack:"plan_type,omitempty"`
+	// Primary and Secondary are the limit's windows (such as 5 hours and a
+	// week), when codex reports them.
+	Primary   *RateLimitWindow `msgpack:"primary,omitempty"`
+	Secondary *RateLimitWindow `msgpack:"secondary,omitempty"`
+	// ReachedType says which limit was reached ("rate_limit_reached",
+	// "workspace_owner_credits_depleted", …); empty when none is.
+	ReachedType string `msgpack:"reached_type,omitempty"`
+	// Credits are the account's credits, when codex reports them.
+	Credits *Credits `msgpack:"credits,omitempty"`
+}
+
+// RateLimitWindow is one window of a [RateLimit].
+type RateLimitWindow struct {
+	UsedPercent   int32 `msgpack:"used_percent,omitempty"`
+	WindowMinutes int64 `msgpack:"window_minutes,omitempty"`
+	// ResetsAtUnix is when the window resets, in Unix seconds; 0 if not
+	// known.
+	ResetsAtUnix int64 `msgpack:"resets_at_unix,omitempty"`
+}
+
+// Credits are an account's credits.
+type Credits struct {
+	HasCredits bool   `msgpack:"has_credits,omitempty"`
+	Unlimited  bool   `msgpack:"unlimited,omitempty"`
+	Balance    string `msgpack:"balance,omitempty"`
 }
 
 // Rejected is the error reply, sent to the sender, to a message that could

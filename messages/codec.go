@@ -83,6 +83,8 @@ func buildCatalog() *registry {
 	register[AccountResponse](r, "account_response.v1")
 	register[ModelsRequest](r, "models_request.v1")
 	register[ModelsResponse](r, "models_response.v1")
+	register[RateLimitsRequest](r, "rate_limits_request.v1")
+	register[RateLimitsResponse](r, "rate_limits_response.v1")
 	// Errors.
 	register[Rejected](r, "rejected.v1")
 	return r

@@ -56,10 +56,19 @@ func samples() []any {
 		LoggedOut{User: "u1"},
 		AccountRequest{User: "u1"},
 		AccountResponse{User: "u1", Type: "chatgpt", Email: "a@b.c", PlanType: "pro", RequiresOpenAIAuth: true, Error: "e"},
-		ModelsRequest{User: "u1"},
+		ModelsRequest{User: "u1", IncludeHidden: true},
 		ModelsResponse{User: "u1", Error: "e", Models: []Model{
-			{ID: "m1", DisplayName: "M1", Description: "d", Efforts: []string{"low", "high"}, DefaultEffort: "low", IsDefault: true},
+			{ID: "m1", DisplayName: "M1", Description: "d", Efforts: []string{"low", "high"}, DefaultEffort: "low", IsDefault: true,
+				InputModalities: []string{"text", "image"}, Hidden: true},
 			{ID: "m2"},
+		}},
+		RateLimitsRequest{User: "u1"},
+		RateLimitsResponse{User: "u1", Error: "e", Limits: []RateLimit{
+			{LimitID: "codex", LimitName: "Codex", PlanType: "plus", ReachedType: "rate_limit_reached",
+				Primary:   &RateLimitWindow{UsedPercent: 42, WindowMinutes: 300, ResetsAtUnix: 1796217815},
+				Secondary: &RateLimitWindow{UsedPercent: 7},
+				Credits:   &Credits{HasCredits: true, Balance: "12.5"}},
+			{LimitID: "other"},
 		}},
 		Rejected{Type: "start_login.v1", Reason: "user is empty"},
 	}
@@ -392,5 +401,41 @@ func TestDecodeAcceptsOtherEncodings(t *testing.T) {
 				t.Errorf("Decode = %#v, %v; want %#v", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// The fields added to models_request.v1 and models_response.v1 are
+// compatible both ways: a request from an older caller (no include_hidden)
+// decodes to the visible-only request, and an older receiver's Model (no
+// input_modalities, no hidden) decodes a new response.
+func TestModelsFieldsCompatible(t *testing.T) {
+	type oldRequest struct {
+		User string `msgpack:"user,omitempty"`
+	}
+	body, err := msgpack.Marshal(oldRequest{User: "u1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(&anypb.Any{TypeUrl: TypeURLPrefix + "models_request.v1", Value: body})
+	if err != nil || got != (ModelsRequest{User: "u1"}) {
+		t.Errorf("an older request decodes to %#v, %v", got, err)
+	}
+
+	type oldModel struct {
+		ID        string   `msgpack:"id,omitempty"`
+		Efforts   []string `msgpack:"efforts,omitempty"`
+		IsDefault bool     `msgpack:"is_default,omitempty"`
+	}
+	type oldResponse struct {
+		User   string     `msgpack:"user,omitempty"`
+		Models []oldModel `msgpack:"models,omitempty"`
+	}
+	a, err := Encode(ModelsResponse{User: "u1", Models: []Model{{ID: "m1", Efforts: []string{"low"}, IsDefault: true, InputModalities: []string{"text"}, Hidden: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old oldResponse
+	if err := msgpack.Unmarshal(a.Value, &old); err != nil || len(old.Models) != 1 || old.Models[0].ID != "m1" || !old.Models[0].IsDefault {
+		t.Errorf("an older receiver reads %+v, %v", old, err)
 	}
 }

@@ -126,6 +126,11 @@ func (m AccountRequest) Validate() error { return validateUser("account_request.
 // Validate checks that User is present and within its bound.
 func (m ModelsRequest) Validate() error { return validateUser("models_request.v1", m.User) }
 
+// Validate checks that User is present and within its bound.
+func (m RateLimitsRequest) Validate() error {
+	return validateUser("rate_limits_request.v1", m.User)
+}
+
 func validateUser(name, user string) error {
 	c := checker{name: name}
 	c.user(user)

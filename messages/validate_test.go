@@ -129,6 +129,8 @@ func TestOtherValidate(t *testing.T) {
 		{"account_request.v1", AccountRequest{User: "\xff"}, "user has invalid UTF-8"},
 		{"models_request.v1", ModelsRequest{User: "u"}, ""},
 		{"models_request.v1", ModelsRequest{}, "user is empty"},
+		{"rate_limits_request.v1", RateLimitsRequest{User: "u"}, ""},
+		{"rate_limits_request.v1", RateLimitsRequest{}, "rate_limits_request.v1: invalid message: user is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,7 +143,7 @@ func TestOtherValidate(t *testing.T) {
 // has a Validate method.
 func TestCommandsValidate(t *testing.T) {
 	for _, v := range []any{StartRound{}, InterruptRound{}, SteerRound{}, StartLogin{}, CancelLogin{},
-		SetAPIKey{}, Logout{}, AccountRequest{}, ModelsRequest{}} {
+		SetAPIKey{}, Logout{}, AccountRequest{}, ModelsRequest{}, RateLimitsRequest{}} {
 		if _, ok := v.(interface{ Validate() error }); !ok {
 			t.Errorf("%T has no Validate method", v)
 		}

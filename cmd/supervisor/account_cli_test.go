@@ -142,8 +142,13 @@ func testAccountCommands(t *testing.T, mode string) {
 	if mode != "" {
 		checkOwned(t, filepath.Join(e.home("cid"), "auth.json"), 0o600)
 	}
-	if code, out, eo := cli(ctx, "", "models", addr, "--user=cid"); code != 0 || !strings.Contains(out, "efforts:") || !strings.Contains(out, "(default)") {
+	code, out, eo = cli(ctx, "", "models", addr, "--user=cid")
+	if code != 0 || !strings.Contains(out, "efforts:") || !strings.Contains(out, "(default)") || strings.Contains(out, "(hidden)") {
 		t.Errorf("models: exit %d, %q %q", code, out, eo)
+	}
+	// --all asks for the hidden models too (the mock catalog has none).
+	if code, all, eo := cli(ctx, "", "models", addr, "--user=cid", "--all"); code != 0 || !strings.Contains(all, out) {
+		t.Errorf("models --all: exit %d, %q %q (without --all: %q)", code, all, eo, out)
 	}
 	if strings.Contains(e.logs.String(), key) {
 		t.Errorf("the API key is in the daemon's log")

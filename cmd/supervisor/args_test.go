@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshweaver/supervisor/messages"
 )
 
 // TestScanArgs: flags anywhere, "--" ends them, switches with and without
@@ -88,5 +90,18 @@ func TestConfigFile(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("err %v, want %q", err, want)
 		}
+	}
+}
+
+// The models lines: unchanged for visible models, hidden ones marked.
+func TestPrintModels(t *testing.T) {
+	var b strings.Builder
+	printModels(&b, []messages.Model{
+		{ID: "m1", IsDefault: true, Efforts: []string{"low", "high"}, DefaultEffort: "low", InputModalities: []string{"text"}},
+		{ID: "m2", Hidden: true, Efforts: []string{"low"}, DefaultEffort: "low"},
+	})
+	want := "m1 (default)\tefforts: low, high (default low)\nm2 (hidden)\tefforts: low (default low)\n"
+	if b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
 	}
 }

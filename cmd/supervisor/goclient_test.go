@@ -106,6 +106,9 @@ func TestGoClientEndToEnd(t *testing.T) {
 	if m, err := c.Models(ctx, "gopher"); err != nil || m.Error != "" || len(m.Models) == 0 {
 		t.Errorf("Models = %+v, %v; want a list", m, err)
 	}
+	if m, err := c.RateLimits(ctx, "gopher"); err != nil || !strings.Contains(m.Error, "authentication required") || m.User != "gopher" {
+		t.Errorf("RateLimits = %+v, %v; want the CLI's answer without a ChatGPT login", m, err)
+	}
 	if a, err := c.Account(ctx, "gopher"); err != nil || a.Error != "" || a.User != "gopher" {
 		t.Errorf("Account = %+v, %v", a, err)
 	}

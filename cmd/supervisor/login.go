@@ -125,6 +125,10 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.SetOutput(stderr)
 	var af accountFlags
 	af.register(fs, time.Minute)
+	var all bool
+	if name == "models" {
+		fs.BoolVar(&all, "all", false, "also list the models codex hides from its picker (marked hidden)")
+	}
 	if _, err := parseCaller(fs, args, noArgs); err != nil {
 		return err
 	}
@@ -168,20 +172,28 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 			fmt.Fprintf(stdout, "%s account\n", m.Type)
 		}
 	case "models":
-		m, err := c.Models(callCtx, af.user)
+		m, err := c.ListModels(callCtx, messages.ModelsRequest{User: af.user, IncludeHidden: all})
 		if err != nil {
 			return failed(err)
 		}
 		if m.Error != "" {
 			return fmt.Errorf("models: %s", m.Error)
 		}
-		for _, md := range m.Models {
-			def := ""
-			if md.IsDefault {
-				def = " (default)"
-			}
-			fmt.Fprintf(stdout, "%s%s\tefforts: %s (default %s)\n", md.ID, def, strings.Join(md.Efforts, ", "), md.DefaultEffort)
-		}
+		printModels(stdout, m.Models)
 	}
 	return nil
+}
+
+// printModels writes one line per model: its id, marks, efforts.
+func printModels(w io.Writer, models []messages.Model) {
+	for _, md := range models {
+		marks := ""
+		if md.IsDefault {
+			marks = " (default)"
+		}
+		if md.Hidden {
+			marks += " (hidden)"
+		}
+		fmt.Fprintf(w, "%s%s\tefforts: %s (default %s)\n", md.ID, marks, strings.Join(md.Efforts, ", "), md.DefaultEffort)
+	}
 }

@@ -102,6 +102,27 @@ type Fake struct {
 	// TermIgnored makes Main ignore SIGTERM (signal.Ignore), so only SIGKILL
 	// ends the process. Serve itself does not look at it.
 	TermIgnored bool `json:"termIgnored,omitempty"`
+	// MCPStartup makes thread/start and thread/resume report the startup of
+	// every enabled server in their config overlay's mcp_servers, as the
+	// real CLI does: mcpServer/startupStatus/updated "starting" right after
+	// the answer, then the final status, "ready" or, with MCPStartup
+	// "failed", "failed" with an error naming the server and its URL. Empty
+	// sends no startup status.
+	MCPStartup string `json:"mcpStartup,omitempty"`
+	// MCPStartupOn holds the final startup status back until a request of
+	// this method arrives (it is sent before that request is handled), to
+	// stand for the real CLI's ~1.3 s to give up on a dead server. Empty
+	// sends it right after "starting".
+	MCPStartupOn string `json:"mcpStartupOn,omitempty"`
+	// ModelPageSize makes model/list answer pages of this many models
+	// (nextCursor the next page's offset) when the request sets no limit.
+	// Zero answers every model in one page, like the real server.
+	ModelPageSize int `json:"modelPageSize,omitempty"`
+	// RateLimits is the result account/rateLimits/read answers, as a
+	// ChatGPT login's would be. Empty answers what the real server answers
+	// without one: -32600 "codex account authentication required to read
+	// rate limits".
+	RateLimits json.RawMessage `json:"rateLimits,omitempty"`
 	// RecordPath, if set, gets every line the fake receives appended to it,
 	// verbatim, as soon as it is read.
 	RecordPath string `json:"recordPath,omitempty"`

@@ -1,7 +1,8 @@
 // Package fakeappserver is a scripted fake of `codex app-server` (codex-cli
 // 0.169.0) for the faults the real CLI cannot show on cue: garbage and huge
 // lines, crashes at a chosen message, hangs, overload errors, unknown
-// notifications, server-initiated requests, ignored EOF and SIGTERM.
+// notifications, server-initiated requests, ignored EOF and SIGTERM, MCP
+// servers that fail to start after their round ended.
 //
 // # Baseline
 //
@@ -32,8 +33,10 @@
 //     active turn to interrupt"); turn/steer → {turnId} plus a userMessage
 //     in the running turn (or the real errors). Turns finish while
 //     turn/start is handled unless HoldTurns or ServerRequests pause them.
-//   - model/list (the recorded catalogue), mcpServerStatus/list,
-//     account/read, account/login/start (apiKey, chatgpt,
+//   - model/list (the recorded catalogue: hidden models with includeHidden,
+//     pages by limit and cursor), mcpServerStatus/list,
+//     account/read, account/rateLimits/read (the error without a ChatGPT
+//     login, or RateLimits), account/login/start (apiKey, chatgpt,
 //     chatgptDeviceCode), account/login/cancel, account/logout: the recorded
 //     answers and notifications.
 //   - A method the real server does not know → "Invalid request: unknown

@@ -162,6 +162,7 @@ type session struct {
 	turns       int
 	calls       int
 	realMethods map[string]bool
+	mcpHeld     []obj // final MCP startup statuses waiting for MCPStartupOn
 }
 
 func newSession(f *Fake, w, stderr io.Writer) *session {
@@ -233,6 +234,12 @@ func (s *session) handleLine(line []byte) error {
 	}
 	switch {
 	case m.Method != nil && m.ID != nil:
+		if *m.Method == s.f.MCPStartupOn {
+			for _, st := range s.mcpHeld {
+				s.notify("mcpServer/startupStatus/updated", st)
+			}
+			s.mcpHeld = nil
+		}
 		s.request(m.ID, *m.Method, m.Params)
 	case m.Method != nil:
 		// Client notifications: "initialized" needs nothing.

@@ -429,3 +429,120 @@ func TestUpstreamRetryMs(t *testing.T) {
 		t.Errorf("turn/completed after the interrupt: %v", done)
 	}
 }
+
+// MCPStartup reports each enabled overlay server's startup after
+// thread/start and thread/resume; MCPStartupOn holds the final status back
+// until a request of that method arrives.
+func TestMCPStartup(t *testing.T) {
+	overlay := map[string]any{"mcp_servers": map[string]any{
+		"meshweaver": map[string]any{"url": "http://127.0.0.1:1/mcp"},
+		"off":        map[string]any{"url": "http://127.0.0.1:9/disabled", "enabled": false},
+	}}
+	statuses := func(ms []msg) (out []string) {
+		for _, m := range ms {
+			if m.Method == "mcpServer/startupStatus/updated" {
+				out = append(out, str(m.Params, "name")+":"+str(m.Params, "status"))
+			}
+		}
+		return out
+	}
+
+	c := serve(t, fakeappserver.Fake{MCPStartup: "failed", MCPStartupOn: "account/read"})
+	c.initialize()
+	res, _ := c.callOK("thread/start", map[string]any{"cwd": "/work/x", "config": overlay})
+	thread := str(res, "thread", "id")
+	_, before := c.callOK("account/read", map[string]any{})
+	if got := statuses(before); fmt.Sprint(got) != "[meshweaver:starting meshweaver:failed]" {
+		t.Fatalf("statuses before account/read's answer = %v, want starting, then failed (held until account/read)", got)
+	}
+	last := before[len(before)-1]
+	if str(last.Params, "threadId") != thread || !strings.Contains(str(last.Params, "error"), "http://127.0.0.1:1/mcp") {
+		t.Errorf("failed status = %s, want thread %s and an error naming the URL", last.raw, thread)
+	}
+	// Held statuses are sent once; a start without servers reports none.
+	c.callOK("thread/start", map[string]any{"cwd": "/work/x"})
+	if _, before := c.callOK("account/read", map[string]any{}); len(statuses(before)) != 0 {
+		t.Errorf("statuses %v, want none", statuses(before))
+	}
+
+	c = serve(t, fakeappserver.Fake{MCPStartup: "ready"})
+	c.initialize()
+	c.callOK("thread/start", map[string]any{"cwd": "/work/x", "config": overlay})
+	if _, before := c.callOK("account/read", map[string]any{}); fmt.Sprint(statuses(before)) != "[meshweaver:starting meshweaver:ready]" {
+		t.Errorf("statuses = %v, want starting, ready", statuses(before))
+	}
+}
+
+// model/list: hidden models only with includeHidden, pages by limit (or
+// ModelPageSize) with the next offset as cursor, the real errors for a bad
+// cursor.
+func TestModelListPages(t *testing.T) {
+	ids := func(res json.RawMessage) (out []string) {
+		var r struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(res, &r); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range r.Data {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	c := serve(t, fakeappserver.Fake{ModelPageSize: 4})
+	c.initialize()
+	var visible, all []string
+	for _, hidden := range []bool{false, true} {
+		var got []string
+		cursor := any(nil)
+		for pages := 0; ; pages++ {
+			if pages > 10 {
+				t.Fatal("model/list never ends")
+			}
+			res, _ := c.callOK("model/list", map[string]any{"cursor": cursor, "includeHidden": hidden})
+			page := ids(res)
+			if len(page) > 4 {
+				t.Errorf("page of %d models, want at most 4", len(page))
+			}
+			got = append(got, page...)
+			if cursor = dig(res, "nextCursor"); cursor == nil {
+				break
+			}
+		}
+		if hidden {
+			all = got
+		} else {
+			visible = got
+		}
+	}
+	if len(visible) != 9 || len(all) != 12 || !strings.Contains(fmt.Sprint(all), "codex-auto-review") || strings.Contains(fmt.Sprint(visible), "codex-auto-review") {
+		t.Errorf("visible %v (want 9), with hidden %v (want 12, codex-auto-review among them)", visible, all)
+	}
+	if res, _ := c.callOK("model/list", map[string]any{"cursor": "8", "limit": 2}); fmt.Sprint(ids(res)) != "[gpt-5.5]" || dig(res, "nextCursor") != nil {
+		t.Errorf("the last page = %s", res)
+	}
+	if e := c.callErr("model/list", map[string]any{"cursor": "abc"}); e.Message != "invalid cursor: abc" {
+		t.Errorf("bad cursor: %q", e.Message)
+	}
+	if e := c.callErr("model/list", map[string]any{"cursor": "99"}); e.Message != "cursor 99 exceeds total models 9" {
+		t.Errorf("cursor past the end: %q", e.Message)
+	}
+}
+
+// account/rateLimits/read: the real server's error without a ChatGPT login,
+// RateLimits when set.
+func TestRateLimits(t *testing.T) {
+	c := serve(t, fakeappserver.Fake{})
+	c.initialize()
+	if e := c.callErr("account/rateLimits/read", nil); e.Code != -32600 || e.Message != "codex account authentication required to read rate limits" {
+		t.Errorf("without RateLimits: %d %q", e.Code, e.Message)
+	}
+	want := `{"rateLimits":{"limitId":"codex","primary":null,"secondary":null}}`
+	c = serve(t, fakeappserver.Fake{RateLimits: json.RawMessage(want)})
+	c.initialize()
+	if res, _ := c.callOK("account/rateLimits/read", nil); str(res, "rateLimits", "limitId") != "codex" {
+		t.Errorf("with RateLimits: %s", res)
+	}
+}

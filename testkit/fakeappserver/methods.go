@@ -7,38 +7,42 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// modelList is the real server's model/list result, recorded from 0.169.0.
+// modelList is the real server's model/list result with includeHidden,
+// recorded from 0.169.0 (three of its models are hidden).
 //
 //go:embed model_list.json
 var modelList json.RawMessage
 
 // paramless are the implemented methods whose requests carry no params.
-var paramless = map[string]bool{"account/logout": true}
+var paramless = map[string]bool{"account/logout": true, "account/rateLimits/read": true}
 
 type handler func(s *session, id, params json.RawMessage)
 
 // handlers holds every method the fake implements, besides initialize.
 var handlers = map[string]handler{
-	"thread/start":         (*session).threadStart,
-	"thread/resume":        (*session).threadResume,
-	"thread/name/set":      (*session).threadNameSet,
-	"thread/read":          (*session).threadRead,
-	"thread/loaded/list":   (*session).threadLoadedList,
-	"thread/unsubscribe":   (*session).threadUnsubscribe,
-	"thread/archive":       (*session).threadArchive,
-	"turn/start":           (*session).turnStart,
-	"turn/steer":           (*session).turnSteer,
-	"turn/interrupt":       (*session).turnInterrupt,
-	"model/list":           func(s *session, id, _ json.RawMessage) { s.reply(id, modelList) },
-	"mcpServerStatus/list": func(s *session, id, _ json.RawMessage) { s.reply(id, obj{"data": []any{}, "nextCursor": nil}) },
-	"account/read":         (*session).accountRead,
-	"account/login/start":  (*session).accountLoginStart,
-	"account/login/cancel": (*session).accountLoginCancel,
-	"account/logout":       (*session).accountLogout,
+	"thread/start":            (*session).threadStart,
+	"thread/resume":           (*session).threadResume,
+	"thread/name/set":         (*session).threadNameSet,
+	"thread/read":             (*session).threadRead,
+	"thread/loaded/list":      (*session).threadLoadedList,
+	"thread/unsubscribe":      (*session).threadUnsubscribe,
+	"thread/archive":          (*session).threadArchive,
+	"turn/start":              (*session).turnStart,
+	"turn/steer":              (*session).turnSteer,
+	"turn/interrupt":          (*session).turnInterrupt,
+	"model/list":              (*session).modelList,
+	"mcpServerStatus/list":    func(s *session, id, _ json.RawMessage) { s.reply(id, obj{"data": []any{}, "nextCursor": nil}) },
+	"account/read":            (*session).accountRead,
+	"account/rateLimits/read": (*session).rateLimitsRead,
+	"account/login/start":     (*session).accountLoginStart,
+	"account/login/cancel":    (*session).accountLoginCancel,
+	"account/logout":          (*session).accountLogout,
 }
 
 func (s *session) request(id json.RawMessage, method string, params json.RawMessage) {
@@ -235,11 +239,109 @@ func (s *session) threadResult(th *thread) obj {
 	}
 }
 
+// modelList answers model/list as the real server does: hidden models
+// only with includeHidden; pages of limit models (ModelPageSize, else all,
+// without one) from the offset the cursor names, nextCursor the next
+// offset or null.
+func (s *session) modelList(id, params json.RawMessage) {
+	var p struct {
+		Cursor        *string `json:"cursor"`
+		Limit         *int    `json:"limit"`
+		IncludeHidden *bool   `json:"includeHidden"`
+	}
+	if !s.decode(id, params, &p) {
+		return
+	}
+	var all struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(modelList, &all); err != nil {
+		panic("fakeappserver: model_list.json: " + err.Error()) // a bug in the fake
+	}
+	var models []json.RawMessage
+	for _, m := range all.Data {
+		var h struct {
+			Hidden bool `json:"hidden"`
+		}
+		_ = json.Unmarshal(m, &h)
+		if !h.Hidden || (p.IncludeHidden != nil && *p.IncludeHidden) {
+			models = append(models, m)
+		}
+	}
+	start := 0
+	if p.Cursor != nil {
+		n, err := strconv.Atoi(*p.Cursor)
+		if err != nil || n < 0 {
+			s.invalid(id, "invalid cursor: "+*p.Cursor)
+			return
+		}
+		if n > len(models) {
+			s.invalid(id, fmt.Sprintf("cursor %d exceeds total models %d", n, len(models)))
+			return
+		}
+		start = n
+	}
+	size := len(models)
+	if s.f.ModelPageSize > 0 {
+		size = s.f.ModelPageSize
+	}
+	if p.Limit != nil {
+		size = *p.Limit
+	}
+	end := min(start+max(size, 0), len(models))
+	var next any
+	if end < len(models) {
+		next = strconv.Itoa(end)
+	}
+	page := models[start:end]
+	if page == nil {
+		page = []json.RawMessage{}
+	}
+	s.reply(id, obj{"data": page, "nextCursor": next})
+}
+
 type threadStartParams struct {
 	Cwd            string          `json:"cwd"`
 	ApprovalPolicy json.RawMessage `json:"approvalPolicy"`
 	Sandbox        string          `json:"sandbox"`
 	Ephemeral      bool            `json:"ephemeral"`
+	Config         mcpOverlay      `json:"config"`
+}
+
+// mcpOverlay is the part of a thread's config overlay MCPStartup reads.
+type mcpOverlay struct {
+	MCPServers map[string]struct {
+		URL     string `json:"url"`
+		Enabled *bool  `json:"enabled"`
+	} `json:"mcp_servers"`
+}
+
+// mcpStartup reports the startup of the overlay's enabled MCP servers
+// (MCPStartup), in name order.
+func (s *session) mcpStartup(threadID string, o mcpOverlay) {
+	if s.f.MCPStartup == "" {
+		return
+	}
+	names := make([]string, 0, len(o.MCPServers))
+	for name, srv := range o.MCPServers {
+		if srv.Enabled == nil || *srv.Enabled {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		s.notify("mcpServer/startupStatus/updated", obj{"threadId": threadID, "name": name, "status": "starting", "error": nil, "failureReason": nil})
+		final := obj{"threadId": threadID, "name": name, "status": "ready", "error": nil, "failureReason": nil}
+		if s.f.MCPStartup == "failed" {
+			final["status"] = "failed"
+			final["error"] = "MCP client for `" + name + "` failed to start: MCP startup failed: handshaking with MCP server failed: error sending request for url (" + o.MCPServers[name].URL + ")"
+		}
+		if s.f.MCPStartupOn != "" {
+			s.mcpHeld = append(s.mcpHeld, final)
+			continue
+		}
+		s.notify("mcpServer/startupStatus/updated", final)
+	}
 }
 
 func (s *session) newThread(id string, p threadStartParams) *thread {
@@ -282,6 +384,7 @@ func (s *session) threadStart(id, params json.RawMessage) {
 	s.threads[th.id] = th
 	s.reply(id, s.threadResult(th))
 	s.notify("thread/started", obj{"thread": s.threadJSON(th)})
+	s.mcpStartup(th.id, p.Config)
 }
 
 func (s *session) rolloutPath(id string, t time.Time) string {
@@ -380,7 +483,10 @@ type threadIDParams struct {
 }
 
 func (s *session) threadResume(id, params json.RawMessage) {
-	var p threadIDParams
+	var p struct {
+		ThreadID string     `json:"threadId"`
+		Config   mcpOverlay `json:"config"`
+	}
 	if !s.decode(id, params, &p, "threadId") {
 		return
 	}
@@ -403,6 +509,7 @@ func (s *session) threadResume(id, params json.RawMessage) {
 	if th.turn == nil {
 		s.notify("thread/status/changed", obj{"threadId": th.id, "status": obj{"type": "idle"}})
 	}
+	s.mcpStartup(th.id, p.Config)
 }
 
 func (s *session) threadNameSet(id, params json.RawMessage) {
@@ -463,6 +570,16 @@ func (s *session) threadArchive(id, params json.RawMessage) {
 	}
 	s.reply(id, obj{})
 	s.notify("thread/archived", obj{"threadId": p.ThreadID})
+}
+
+// rateLimitsRead answers RateLimits, or, like the real server without a
+// ChatGPT login, the authentication error.
+func (s *session) rateLimitsRead(id, _ json.RawMessage) {
+	if len(s.f.RateLimits) == 0 {
+		s.invalid(id, "codex account authentication required to read rate limits")
+		return
+	}
+	s.reply(id, s.f.RateLimits)
 }
 
 func (s *session) accountRead(id, _ json.RawMessage) {
