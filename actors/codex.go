@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/procs"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
@@ -403,7 +404,7 @@ func (a *codexActor) launch() {
 	go func() {
 		defer a.wg.Done()
 		// A process a killed daemon left behind for this home goes first.
-		if reaped, err := store.ReapProcRecord(record, a.cfg.StopGrace); err != nil {
+		if reaped, err := procs.ReapRecord(record, a.cfg.StopGrace); err != nil {
 			a.log.Warn("reaping a leftover app-server", "err", err)
 		} else if reaped {
 			a.log.Warn("ended an app-server a previous daemon left running")
@@ -441,7 +442,7 @@ func (a *codexActor) launch() {
 		a.wg.Add(1)
 		a.mu.Unlock()
 		go a.watch(gen, p, record)
-		if st, err := store.ProcStartTime(p.PID()); err == nil {
+		if st, err := procs.StartTime(p.PID()); err == nil {
 			exe := cfg.Binary
 			if len(cfg.Wrapper) > 0 {
 				exe = cfg.Wrapper[0] // the pid is bubblewrap's

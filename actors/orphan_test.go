@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/procs"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 	"github.com/meshweaver/supervisor/testkit/proctest"
@@ -36,7 +37,7 @@ func sleeper(t *testing.T) (pid int, rec store.ProcRecord, exited chan struct{})
 		_ = cmd.Process.Kill()
 		<-exited
 	})
-	st, err := store.ProcStartTime(cmd.Process.Pid)
+	st, err := procs.StartTime(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}

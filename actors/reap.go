@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexrpc"
-	"github.com/meshweaver/supervisor/store"
+	"github.com/meshweaver/supervisor/procs"
 )
 
 // ReapOrphans ends the app-servers a previous daemon instance left running
@@ -25,7 +25,7 @@ func ReapOrphans(homes string, grace time.Duration, log *slog.Logger) int {
 	}
 	n := sweepStrays(homes, log)
 	for _, rec := range records {
-		reaped, err := store.ReapProcRecord(rec, grace)
+		reaped, err := procs.ReapRecord(rec, grace)
 		switch {
 		case err != nil:
 			log.Warn("reaping a leftover app-server", "record", rec, "err", err)

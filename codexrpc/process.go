@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/meshweaver/supervisor/procs"
 )
 
 // Config describes one app-server process.
@@ -184,7 +186,7 @@ func Start(cfg Config) (*Process, error) {
 		waitDone:   make(chan struct{}),
 		stderrDone: make(chan struct{}),
 	}
-	if _, st, ok := procStat(p.pid); ok {
+	if st, err := procs.StartTime(p.pid); err == nil {
 		p.startTime = st
 	}
 	opts := cfg.Conn
@@ -346,10 +348,10 @@ func (p *Process) Stop(ctx context.Context) error {
 func (p *Process) stop(ctx context.Context) error {
 	// Helpers outside the CLI's process group would outlive it: note them
 	// now, while they are still its descendants, and end them last.
-	strays := append(descendants(p.pid), p.orphans()...)
+	strays := append(procs.Host().Descendants(p.pid), p.orphans()...)
 	defer func() {
-		killIfSame(strays)
-		killIfSame(p.orphans()) // those orphaned while it stopped
+		procs.KillIfSame(strays)
+		procs.KillIfSame(p.orphans()) // those orphaned while it stopped
 	}()
 	_ = p.conn.Close() // closes stdin: the polite request
 	steps := []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}
@@ -386,7 +388,7 @@ func (p *Process) stop(ctx context.Context) error {
 
 // orphans lists what this app-server's home has left running without a
 // parent; none when the start time is unknown.
-func (p *Process) orphans() []procID {
+func (p *Process) orphans() []procs.ID {
 	if p.startTime == 0 {
 		return nil
 	}

@@ -99,16 +99,6 @@ func FuzzProcRecordRead(f *testing.F) {
 	})
 }
 
-// FuzzProcStat checks that /proc/PID/stat parsing never panics.
-func FuzzProcStat(f *testing.F) {
-	f.Add([]byte("4242 (a) b)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000000\n"))
-	f.Add([]byte("1 ("))
-	f.Add([]byte(")("))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		parseProcStat(data)
-	})
-}
-
 // FuzzHomeDir checks that every accepted user id yields a home two levels
 // below the root.
 func FuzzHomeDir(f *testing.F) {

@@ -65,7 +65,7 @@ func TestTurnStartFailureReleasesTheAppServer(t *testing.T) {
 // also any sandbox mode where codex runs commands unsandboxed) lives in a
 // process group of its own, outside the app-server's group, and has no
 // parent-death signal: it is orphaned and keeps running. The next daemon's
-// ReapOrphans (actors/reap.go → store.ReapProcRecord) only signals the
+// ReapOrphans (actors/reap.go → procs.ReapRecord) only signals the
 // recorded app-server PID, which is already gone, and removes the record:
 // the command is never ended. (In the workspace-write chaos run the
 // sandbox's bwrap --die-with-parent ends such commands, so TestChaos does

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/procs"
 	"github.com/meshweaver/supervisor/store"
 )
 
@@ -420,7 +421,7 @@ func (h *harness) killDaemon() error {
 	rec.reapedLog = d.log.reaped
 	d.log.mu.Unlock()
 	for _, path := range pidRecords(h.homes) {
-		if pr, err := store.ReadProcRecord(path); err == nil && !store.IsSameProcess(pr) {
+		if pr, err := store.ReadProcRecord(path); err == nil && !procs.IsSame(procs.ID{PID: pr.PID, Start: pr.StartTime}) {
 			rec.recordsLeft++
 		}
 	}

@@ -1,4 +1,4 @@
-package codexrpc
+package procs
 
 import (
 	"os/exec"
@@ -10,7 +10,7 @@ import (
 )
 
 // A helper the child started in a session of its own is found among its
-// descendants and ended by killIfSame.
+// descendants and ended by KillIfSame.
 func TestDescendantsOutsideTheGroup(t *testing.T) {
 	cmd := exec.Command("sh", "-c", "setsid sleep 60 & echo $!; wait")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -30,23 +30,23 @@ func TestDescendantsOutsideTheGroup(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading the stray pid: %v", err)
 	}
-	found := descendants(cmd.Process.Pid)
-	var target []procID
+	found := Host().Descendants(cmd.Process.Pid)
+	var target []ID
 	for _, p := range found {
-		if p.pid == stray {
+		if p.PID == stray {
 			target = append(target, p)
 		}
 	}
 	if len(target) != 1 {
-		t.Fatalf("descendants(%d) = %v, want to include %d", cmd.Process.Pid, found, stray)
+		t.Fatalf("Descendants(%d) = %v, want to include %d", cmd.Process.Pid, found, stray)
 	}
-	killIfSame(target)
+	KillIfSame(target)
 	if err := cmd.Wait(); err != nil {
 		t.Logf("sh ended: %v", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, _, ok := procStat(stray); !ok {
+		if _, err := StartTime(stray); err != nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -55,5 +55,5 @@ func TestDescendantsOutsideTheGroup(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // a process we did not start cannot be waited on
 	}
 	// A record whose start time does not match is left alone.
-	killIfSame([]procID{{pid: cmd.Process.Pid, start: 1}})
+	KillIfSame([]ID{{PID: cmd.Process.Pid, Start: 1}})
 }
