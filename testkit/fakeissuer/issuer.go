@@ -161,6 +161,7 @@ type Issuer struct {
 	mu       sync.Mutex
 	closed   bool
 	handlers sync.WaitGroup // Add only under mu while !closed
+	conns    sync.WaitGroup // open connections (ConnState); Close waits for them
 	changed  chan struct{}  // closed and replaced on every recorded event
 	requests []Request
 	codes    []*DeviceCode
@@ -216,6 +217,17 @@ func Start(opts Options) (*Issuer, error) {
 	i.srv = &http.Server{
 		Handler:           http.HandlerFunc(i.ServeHTTP),
 		ReadHeaderTimeout: 10 * time.Second,
+		// Every connection is counted until its goroutine is done with
+		// it: net/http's Close does not wait for them (one that closed
+		// after an unread body lingers 500 ms in closeWriteAndWait).
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateNew:
+				i.conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				i.conns.Done()
+			}
+		},
 	}
 	go func() {
 		defer close(i.served)
@@ -248,6 +260,7 @@ func (i *Issuer) Close() {
 	_ = i.srv.Close()
 	i.handlers.Wait()
 	<-i.served
+	i.conns.Wait()
 }
 
 // Approve approves every device code still pending and returns how many.

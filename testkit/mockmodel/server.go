@@ -47,6 +47,7 @@ type Server struct {
 	mu        sync.Mutex
 	closed    bool
 	handlers  sync.WaitGroup // running handlers; Add only under mu while !closed
+	conns     sync.WaitGroup // open connections (ConnState); Close waits for them
 	queue     []Script
 	responder Responder
 	requests  []*Request
@@ -77,6 +78,17 @@ func Start(opts Options) (*Server, error) {
 	s.srv = &http.Server{
 		Handler:           http.HandlerFunc(s.serveHTTP),
 		ReadHeaderTimeout: 10 * time.Second,
+		// Every connection is counted until its goroutine is done with
+		// it: net/http's Close does not wait for them (one that closed
+		// after an unread body lingers 500 ms in closeWriteAndWait).
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateNew:
+				s.conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				s.conns.Done()
+			}
+		},
 	}
 	go func() {
 		defer close(s.served)
@@ -108,6 +120,7 @@ func (s *Server) Close() {
 	_ = s.srv.Close() // only reports the listener's close error
 	s.handlers.Wait()
 	<-s.served
+	s.conns.Wait()
 }
 
 // Enqueue appends scripts to the FIFO queue. Each request takes the first
