@@ -37,7 +37,8 @@ func TestGoClientEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := []string{"serve", "--listen", addr, "--homes", homes, "--workspace", workspace, "--codex", bin,
-		"--log-format", "json", "--stop-timeout", "20s"}
+		"--log-format", "json", "--stop-timeout", "20s",
+		"--metrics-listen", "127.0.0.1:0"} // not the default port: another daemon may hold it
 	args = append(args, servable(t, root, workspace)...)
 	for _, kv := range codexhome.Overrides(model.URL()) {
 		args = append(args, "--codex-override", kv)
