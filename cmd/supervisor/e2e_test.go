@@ -997,11 +997,7 @@ func mustEncodeAs(t *testing.T, name string, body map[string]any) *anypb.Any {
 func TestBinaryServeAndRound(t *testing.T) {
 	bin := codexBin(t)
 	root := t.TempDir()
-	exe := filepath.Join(root, "supervisor")
-	build := exec.Command(goTool(t), "build", "-o", exe, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	exe := opsBuild(t, root)
 	model, err := mockmodel.Start(mockmodel.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -1166,16 +1162,6 @@ func TestBinaryServeAndRound(t *testing.T) {
 		t.Errorf("serve did not log its stop:\n%s", logs.String())
 	}
 	waitNoCodex(t, bin, root)
-}
-
-// goTool is the go command of the toolchain running the tests.
-func goTool(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("no go command: %v", err)
-	}
-	return p
 }
 
 // markBuffer collects a process's output and closes seen once mark shows.
