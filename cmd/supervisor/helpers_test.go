@@ -130,10 +130,7 @@ func newEnvEdge(t *testing.T, mutate func(*actors.Config), eo edgeOptions, clien
 		Overrides: append(codexhome.Overrides(model.URL()), "model_catalog_json="+strconv.Quote(catalogPath)),
 		StopGrace: time.Second,
 		Logger:    slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		// The homes are under /tmp, and the CLI makes no helper links
-		// (codex-linux-sandbox, which its own sandbox needs) in a
-		// CODEX_HOME under its TMPDIR.
-		CodexEnv: []string{"TMPDIR=/var/tmp"},
+		CodexEnv:  testCodexEnv(t),
 	}
 	if mutate != nil {
 		mutate(&e.cfg)
@@ -555,4 +552,15 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// testCodexEnv is what the tests' app-servers get on top of the daemon's
+// allow-listed environment. The homes are under /tmp, and the CLI makes no
+// helper links (codex-linux-sandbox, which its own sandbox needs) in a
+// CODEX_HOME under its TMPDIR. HOME is an empty folder: the CLI's
+// login-shell snapshot must not read the machine's own ~/.bashrc (here a
+// pyenv init whose rehash lock outlived the tests by a minute, as orphans).
+func testCodexEnv(t *testing.T) []string {
+	t.Helper()
+	return []string{"TMPDIR=/var/tmp", "HOME=" + t.TempDir()}
 }

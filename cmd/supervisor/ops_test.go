@@ -97,6 +97,7 @@ func opsNewRig(t *testing.T, tlsConf *tls.Config, mutate func(*actors.Config)) *
 		StopGrace: time.Second,
 		Logger:    slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:   actors.NewMetrics(r.reg),
+		CodexEnv:  testCodexEnv(t),
 	}
 	if mutate != nil {
 		mutate(&r.cfg)

@@ -191,7 +191,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 
 	// --- the real CLI ---
 	r := opsNewRig(t, nil, func(c *actors.Config) {
-		c.CodexEnv = []string{marker}
+		c.CodexEnv = append(c.CodexEnv, marker)
 		c.RestartBackoff = time.Millisecond
 	})
 	c := opsNewCaller(t, r.addr, nil)
@@ -339,7 +339,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}
 	fr := opsNewRig(t, nil, func(c *actors.Config) {
 		c.CodexBin = exe
-		c.CodexEnv = []string{fakeappserver.Env(fake)}
+		c.CodexEnv = append(c.CodexEnv, fakeappserver.Env(fake))
 		c.RestartBackoff = time.Millisecond
 	})
 	fc := opsNewCaller(t, fr.addr, nil)
