@@ -109,8 +109,11 @@ func startAppServer(t *testing.T, e *env, extraArgs ...string) *appServer {
 	cmd := exec.Command(bin, args...)
 	// TMPDIR outside the test's folder: the CLI refuses to make its helper
 	// links (codex-linux-sandbox, which its own sandbox execs) in a
-	// CODEX_HOME under TMPDIR, and then a sandboxed patch can fail.
-	env := append(codexhome.Env(os.Environ(), e.home), "TMPDIR=/var/tmp")
+	// CODEX_HOME under TMPDIR, and then a sandboxed patch can fail. HOME is
+	// the CODEX_HOME, as the daemon gives it: the CLI's login-shell
+	// snapshot must not read the machine's ~/.bashrc (here a pyenv init
+	// whose rehash lock outlived the tests as orphans).
+	env := append(codexhome.Env(os.Environ(), e.home), "TMPDIR=/var/tmp", "HOME="+e.home)
 	cmd.Env = codexrpc.PreferBundledBwrap(env, bin)
 	cmd.Dir = e.work
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
