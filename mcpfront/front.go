@@ -1,0 +1,302 @@
+package mcpfront
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Key names what a front URL stands for: one mesh thread of one user.
+type Key struct {
+	User   string
+	Thread string
+}
+
+// Defaults of Options.
+const (
+	// DefaultMaxBody bounds one request body the front forwards.
+	DefaultMaxBody = 16 << 20
+	// DefaultHeaderTimeout bounds the wait for an upstream answer's headers
+	// (a tool call answered as plain JSON sends them only when it is done).
+	DefaultHeaderTimeout = 10 * time.Minute
+	// DefaultDialTimeout bounds one connection attempt to an upstream.
+	DefaultDialTimeout = 10 * time.Second
+)
+
+// PathPrefix starts every front URL's path; the key's id follows it.
+const PathPrefix = "/mcp/"
+
+// Options configures a Front. The zero value is usable.
+type Options struct {
+	// Listen is the address to listen on (default 127.0.0.1:0).
+	Listen string
+	// MaxBody bounds a request body (DefaultMaxBody when zero); past it the
+	// client gets 413.
+	MaxBody int64
+	// HeaderTimeout bounds the wait for an upstream answer's headers
+	// (DefaultHeaderTimeout when zero); past it the client gets 504.
+	HeaderTimeout time.Duration
+	// DialTimeout bounds a connection attempt (DefaultDialTimeout when zero).
+	DialTimeout time.Duration
+	// Logger receives forwarding failures, never a token or an upstream
+	// URL's path or query (slog.Default when nil).
+	Logger *slog.Logger
+}
+
+// Front is the loopback reverse proxy. Its methods are safe for concurrent
+// use.
+type Front struct {
+	opts      Options
+	log       *slog.Logger
+	base      string // http://127.0.0.1:port
+	srv       *http.Server
+	transport *http.Transport
+	ctx       context.Context // every request's base; cancelled by Close
+	cancel    context.CancelFunc
+	served    chan struct{} // closed when Serve has returned
+	inflight  sync.WaitGroup
+
+	mu    sync.Mutex
+	byKey map[Key]*route
+	byID  map[string]*route
+}
+
+// route is one bound key: its id and, once set, where to forward and with
+// which token.
+type route struct {
+	key      Key
+	id       string
+	upstream *url.URL // nil: not set, or cleared
+	token    string
+}
+
+// New listens and starts serving. Close stops it.
+func New(opts Options) (*Front, error) {
+	if opts.Listen == "" {
+		opts.Listen = "127.0.0.1:0"
+	}
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = DefaultMaxBody
+	}
+	if opts.HeaderTimeout <= 0 {
+		opts.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = DefaultDialTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("mcpfront: listening on %s: %w", opts.Listen, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &Front{
+		opts: opts, log: opts.Logger,
+		base:   "http://" + ln.Addr().String(),
+		ctx:    ctx,
+		cancel: cancel,
+		served: make(chan struct{}),
+		byKey:  map[Key]*route{},
+		byID:   map[string]*route{},
+		transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          64,
+			MaxIdleConnsPerHost:   16,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   opts.DialTimeout,
+			ResponseHeaderTimeout: opts.HeaderTimeout,
+		},
+	}
+	f.srv = &http.Server{
+		Handler:           http.HandlerFunc(f.serveHTTP),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+	}
+	go func() {
+		defer close(f.served)
+		_ = f.srv.Serve(ln) // ends with ErrServerClosed at Close
+	}()
+	return f, nil
+}
+
+// Addr is the front's listening address (host:port).
+func (f *Front) Addr() string { return strings.TrimPrefix(f.base, "http://") }
+
+// Close stops listening, ends every request in flight (their upstream
+// requests too) and waits for them.
+func (f *Front) Close() error {
+	f.cancel()
+	err := f.srv.Close()
+	<-f.served
+	f.inflight.Wait()
+	f.transport.CloseIdleConnections()
+	return err
+}
+
+// Bind returns the key's URL, minting its id on the first call: the same
+// URL for the key until Forget. A bound key without an upstream answers
+// 404 until Set.
+func (f *Front) Bind(key Key) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.base + PathPrefix + f.bindLocked(key).id
+}
+
+func (f *Front) bindLocked(key Key) *route {
+	if r, ok := f.byKey[key]; ok {
+		return r
+	}
+	r := &route{key: key, id: rand.Text()}
+	f.byKey[key] = r
+	f.byID[r.id] = r
+	return r
+}
+
+// Set makes the key's URL forward to upstream (an http or https URL) with
+// "Authorization: Bearer token" (none when token is empty), binding the
+// key if it was not. The next request through the URL uses them; one
+// already forwarded keeps what it had.
+func (f *Front) Set(key Key, upstream, token string) error {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		// The parse error quotes the URL, which may hold a secret.
+		return errors.New("mcpfront: the upstream is not a valid URL")
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("mcpfront: the upstream must be an absolute http or https URL")
+	}
+	if strings.ContainsAny(token, "\r\n") {
+		return errors.New("mcpfront: the token holds a line break")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.bindLocked(key)
+	r.upstream, r.token = u, token
+	return nil
+}
+
+// Clear removes the key's upstream and token: its URL answers 404 until
+// the next Set. The URL itself stays the key's.
+func (f *Front) Clear(key Key) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r, ok := f.byKey[key]; ok {
+		r.upstream, r.token = nil, ""
+	}
+}
+
+// Forget unbinds the key: its URL answers 404 for good, and a later Bind
+// mints a new one. Call it when the thread that was given the URL is
+// unloaded.
+func (f *Front) Forget(key Key) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r, ok := f.byKey[key]; ok {
+		delete(f.byKey, key)
+		delete(f.byID, r.id)
+	}
+}
+
+// Len is the number of bound keys.
+func (f *Front) Len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.byKey)
+}
+
+// lookup returns the route of a request path and a copy of its target, or
+// false.
+func (f *Front) lookup(path string) (Key, url.URL, string, bool) {
+	id, ok := strings.CutPrefix(path, PathPrefix)
+	if !ok || id == "" || strings.Contains(id, "/") {
+		return Key{}, url.URL{}, "", false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.byID[id]
+	if !ok || r.upstream == nil {
+		return Key{}, url.URL{}, "", false
+	}
+	return r.key, *r.upstream, r.token, true
+}
+
+func (f *Front) serveHTTP(w http.ResponseWriter, req *http.Request) {
+	f.inflight.Add(1)
+	defer f.inflight.Done()
+	key, target, token, ok := f.lookup(req.URL.Path)
+	if !ok {
+		http.Error(w, "mcpfront: no such MCP endpoint", http.StatusNotFound)
+		return
+	}
+	switch req.Method {
+	case http.MethodPost, http.MethodGet, http.MethodDelete:
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		http.Error(w, "mcpfront: method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	if req.ContentLength > f.opts.MaxBody {
+		http.Error(w, "mcpfront: request body too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	req.Body = http.MaxBytesReader(w, req.Body, f.opts.MaxBody)
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			u := target
+			pr.Out.URL = &u
+			pr.Out.Host = ""
+			pr.Out.Header.Del("Authorization")
+			if token != "" {
+				pr.Out.Header.Set("Authorization", "Bearer "+token)
+			}
+		},
+		Transport:     f.transport,
+		FlushInterval: -1, // SSE answers go out as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			f.fail(w, r, key, target.Host, err)
+		},
+	}
+	p.ServeHTTP(w, req)
+}
+
+// fail answers a request the front could not forward, and logs why with
+// the user, the upstream's host and the cause, never the token nor the
+// upstream's path or query.
+func (f *Front) fail(w http.ResponseWriter, r *http.Request, key Key, host string, err error) {
+	var tooLarge *http.MaxBytesError
+	var ne net.Error
+	status, msg := http.StatusBadGateway, "mcpfront: the MCP server is unreachable"
+	switch {
+	case errors.As(err, &tooLarge):
+		status, msg = http.StatusRequestEntityTooLarge, "mcpfront: request body too large"
+	case r.Context().Err() != nil:
+		// The client went away (or the front is closing): nobody reads
+		// the answer.
+		f.log.Debug("mcp front: request ended by its client", "user", key.User)
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	case errors.As(err, &ne) && ne.Timeout():
+		status, msg = http.StatusGatewayTimeout, "mcpfront: the MCP server did not answer in time"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // its message quotes the URL
+	}
+	f.log.Warn("mcp front: forwarding failed", "user", key.User, "upstream", host, "status", status, "err", err)
+	http.Error(w, msg+" ("+strconv.Itoa(status)+")", status)
+}
