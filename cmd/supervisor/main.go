@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 )
 
 func main() {
@@ -38,6 +40,7 @@ commands:
   logout      clear a user's stored credential and codex login
   models      list the models a user's codex offers
   account     show a user's codex account
+  bench       measure the daemon against a direct client of the same codex CLI
   version     print the version, commit, Go version and pinned codex CLI
   help        show a command's flags: supervisor help <command>
 
@@ -95,6 +98,10 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		err = loginCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "logout", "models", "account":
 		err = simpleCmd(ctx, args[0], args[1:], stdout, stderr)
+	case "bench":
+		err = benchCmd(ctx, args[1:], stdout, stderr)
+	case benchFakeCommand: // the bench's fake app-server (hidden)
+		fakeappserver.Main() // never returns
 	case "version", "--version", "-version":
 		err = versionCmd(args[0], args[1:], stdout, stderr)
 	case "-h", "--help", "help":

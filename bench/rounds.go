@@ -1,0 +1,417 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/store"
+	"github.com/prometheus/procfs"
+)
+
+// text is every round's message; the demo model echoes it word by word.
+const text = "Hello there, how is the weather in the workspace today?"
+
+// realRounds runs the rows that need the real CLI: warm, cold, after an
+// eviction, users at once (with the memory of live users), and growth.
+func (r *run) realRounds(ctx context.Context) (err error) {
+	d, c, err := r.startDaemon(r.daemonConfig("a"))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		c.Close()
+		err = errors.Join(err, d.Stop())
+	}()
+	homes := r.daemonConfig("a").Homes
+	for _, f := range []func(context.Context, *client.Client, string) error{r.warm, r.cold, r.crowd, r.registryGrowth, r.fallbackGrowth} {
+		if err := f(ctx, c, homes); err != nil {
+			return err
+		}
+	}
+	return r.evicted(ctx)
+}
+
+// warm: the same thread, round after round, in a live app-server.
+func (r *run) warm(ctx context.Context, c *client.Client, _ string) error {
+	r.progress("  warm rounds: %d per side", r.opts.Rounds)
+	dc, err := StartDirect(ctx, r.directConfig())
+	if err != nil {
+		return err
+	}
+	defer dc.Close()
+	thread, err := dc.StartThread(ctx)
+	if err != nil {
+		return err
+	}
+	var daemon, direct timings
+	// Round 0 of each side makes the thread (and loads the app-server);
+	// it is not a warm round.
+	for i := range r.opts.Rounds + 1 {
+		o, err := daemonRound(ctx, c, "warm", "w", text)
+		if err != nil {
+			return err
+		}
+		t, err := r.directTurn(ctx, dc, thread)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			daemon.add(o.Timing)
+			direct.add(t)
+		}
+	}
+	r.pair("warm round", &daemon, &direct, "direct client", "")
+	return nil
+}
+
+func (r *run) directTurn(ctx context.Context, dc *Direct, thread string) (Timing, error) {
+	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
+	defer cancel()
+	return dc.Turn(ctx, thread, text, time.Time{})
+}
+
+// cold: a user the daemon never saw against a client started from
+// nothing: spawn, initialize, thread/start, turn/start.
+func (r *run) cold(ctx context.Context, c *client.Client, _ string) error {
+	r.progress("  cold rounds: %d per side", r.opts.Cold)
+	var daemon, direct timings
+	for i := range r.opts.Cold {
+		o, err := daemonRound(ctx, c, fmt.Sprintf("cold-%d", i), "c", text)
+		if err != nil {
+			return err
+		}
+		daemon.add(o.Timing)
+		t, err := r.directCold(ctx, "")
+		if err != nil {
+			return err
+		}
+		direct.add(t)
+	}
+	r.pair("cold round (new user)", &daemon, &direct, "direct: spawn+init+thread/start+turn", "")
+	return nil
+}
+
+// directCold times a client from its spawn: start (or resume threadID in
+// home when set) a thread and run a turn; the client is closed untimed.
+func (r *run) directCold(ctx context.Context, resume string, home ...string) (Timing, error) {
+	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
+	defer cancel()
+	cfg := r.directConfig()
+	if len(home) > 0 {
+		cfg.Home = home[0]
+	}
+	start := time.Now()
+	dc, err := StartDirect(ctx, cfg)
+	if err != nil {
+		return Timing{}, err
+	}
+	defer dc.Close()
+	thread := resume
+	if resume != "" {
+		err = dc.ResumeThread(ctx, resume)
+	} else {
+		thread, err = dc.StartThread(ctx)
+	}
+	if err != nil {
+		return Timing{}, err
+	}
+	return dc.Turn(ctx, thread, text, start)
+}
+
+// evicted: a round on a thread whose app-server the idle timer stopped,
+// against a client that spawns and resumes the thread.
+func (r *run) evicted(ctx context.Context) (err error) {
+	r.progress("  rounds after an idle eviction: %d per side", r.opts.Evict)
+	cfg := r.daemonConfig("evict")
+	cfg.IdleTimeout = time.Second
+	d, c, err := r.startDaemon(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		c.Close()
+		err = errors.Join(err, d.Stop())
+	}()
+	record, err := procRecord(cfg.Homes, "ev")
+	if err != nil {
+		return err
+	}
+	gone := func() bool { _, err := os.Stat(record); return errors.Is(err, os.ErrNotExist) }
+	if _, err := daemonRound(ctx, c, "ev", "e", text); err != nil {
+		return err
+	}
+	// The direct side's thread, made once and resumed by each sample.
+	dcfg := r.directConfig()
+	dc, err := StartDirect(ctx, dcfg)
+	if err != nil {
+		return err
+	}
+	thread, err := dc.StartThread(ctx)
+	if err == nil {
+		_, err = r.directTurn(ctx, dc, thread)
+	}
+	dc.Close()
+	if err != nil {
+		return err
+	}
+	var daemon, direct timings
+	for range r.opts.Evict {
+		if err := waitUntil(ctx, time.Minute, "the idle eviction", gone); err != nil {
+			return err
+		}
+		o, err := daemonRound(ctx, c, "ev", "e", text)
+		if err != nil {
+			return err
+		}
+		if !o.verdict.Resumed {
+			return errors.New("the round after the eviction did not resume its thread")
+		}
+		daemon.add(o.Timing)
+		t, err := r.directCold(ctx, thread, dcfg.Home)
+		if err != nil {
+			return err
+		}
+		direct.add(t)
+	}
+	r.pair("round after idle eviction", &daemon, &direct, "direct: spawn+init+thread/resume+turn", "daemon idle timeout 1s")
+	return nil
+}
+
+// procRecord is the file that holds a user's live app-server's pid.
+func procRecord(homes, user string) (string, error) {
+	home, err := store.HomeDir(homes, user)
+	if err != nil {
+		return "", err
+	}
+	return actors.ProcRecordPath(home), nil
+}
+
+// rss is a process's resident set in bytes.
+func rss(pid int) (float64, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, err
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return float64(st.ResidentMemory()), nil
+}
+
+// crowd: Users users at once, each with a warm thread, against as many
+// direct clients; then the memory of the live app-servers.
+func (r *run) crowd(ctx context.Context, c *client.Client, homes string) error {
+	n := r.opts.Users
+	r.progress("  %d users at once: %d batches per side", n, r.opts.Batches)
+	user := func(i int) string { return fmt.Sprintf("crowd-%d", i) }
+	selfBefore, err := rss(os.Getpid())
+	if err != nil {
+		return err
+	}
+	if err := parallel(n, func(i int) error { _, err := daemonRound(ctx, c, user(i), "c", text); return err }); err != nil {
+		return err
+	}
+	selfDaemon, err := rss(os.Getpid())
+	if err != nil {
+		return err
+	}
+	clients := make([]*Direct, n)
+	threads := make([]string, n)
+	defer func() {
+		for _, dc := range clients {
+			if dc != nil {
+				dc.Close()
+			}
+		}
+	}()
+	cfgs := make([]DirectConfig, n)
+	for i := range cfgs {
+		cfgs[i] = r.directConfig()
+	}
+	err = parallel(n, func(i int) error {
+		dc, err := StartDirect(ctx, cfgs[i])
+		if err != nil {
+			return err
+		}
+		clients[i] = dc
+		if threads[i], err = dc.StartThread(ctx); err != nil {
+			return err
+		}
+		_, err = r.directTurn(ctx, dc, threads[i])
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	selfDirect, err := rss(os.Getpid())
+	if err != nil {
+		return err
+	}
+	var daemon, direct timings
+	for range r.opts.Batches {
+		err := parallel(n, func(i int) error {
+			o, err := daemonRound(ctx, c, user(i), "c", text)
+			daemon.add(o.Timing)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		err = parallel(n, func(i int) error {
+			t, err := r.directTurn(ctx, clients[i], threads[i])
+			direct.add(t)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	r.pair(fmt.Sprintf("%d users at once", n), &daemon, &direct, fmt.Sprintf("%d direct clients", n), "")
+
+	// What a live user costs: its app-server, and the daemon's own growth.
+	var appDaemon, appDirect []float64
+	for i := range n {
+		rec, err := procRecord(homes, user(i))
+		if err != nil {
+			return err
+		}
+		pr, err := store.ReadProcRecord(rec)
+		if err != nil {
+			return err
+		}
+		a, err := rss(pr.PID)
+		if err != nil {
+			return err
+		}
+		b, err := rss(clients[i].PID())
+		if err != nil {
+			return err
+		}
+		appDaemon, appDirect = append(appDaemon, a/(1<<20)), append(appDirect, b/(1<<20))
+	}
+	r.rows = append(r.rows,
+		row("app-server RSS per live user", "MiB", appDaemon, "direct client's CLI", appDirect, ""),
+		row("bench process RSS growth per live user", "KiB",
+			[]float64{(selfDaemon - selfBefore) / float64(n) / 1024}, "per direct client",
+			[]float64{(selfDirect - selfDaemon) / float64(n) / 1024},
+			"the daemon runs inside the bench process: its growth as its users came alive, against the growth as the direct clients did"))
+	return nil
+}
+
+// uuid is a random version-4 UUID: a codex thread id that has no rollout.
+func uuid() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// userDir is the daemon's folder of a user (beside its CODEX_HOME), made
+// before the daemon sees the user.
+func userDir(homes, user string) (string, error) {
+	home, err := store.HomeDir(homes, user)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Dir(home)
+	return dir, os.MkdirAll(dir, 0o700)
+}
+
+// registryGrowth: warm rounds of a user with RegistryThreads mesh threads
+// recorded, against a user with one.
+func (r *run) registryGrowth(ctx context.Context, c *client.Client, homes string) error {
+	n := r.opts.RegistryThreads
+	r.progress("  registry growth: %d mesh threads", n)
+	dir, err := userDir(homes, "reg-big")
+	if err != nil {
+		return err
+	}
+	reg := store.NewRegistry(dir)
+	for i := range n {
+		if err := reg.Record(fmt.Sprintf("mesh/other-%d", i), uuid()); err != nil {
+			return err
+		}
+	}
+	var big, small timings
+	rounds := max(r.opts.Rounds/2, 1)
+	for i := range rounds + 1 {
+		b, err := daemonRound(ctx, c, "reg-big", "r", text)
+		if err != nil {
+			return err
+		}
+		s, err := daemonRound(ctx, c, "reg-small", "r", text)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			big.add(b.Timing)
+			small.add(s.Timing)
+		}
+	}
+	r.pair(fmt.Sprintf("warm round, %d mesh threads", n), &big, &small, "user with 1 mesh thread", "")
+	return nil
+}
+
+// fallbackGrowth: rounds whose thread cannot be resumed (its rollout is
+// gone) and start afresh with a transcript from the journal: a long one
+// (the transcript's 32 KiB cap) against a one-turn one.
+func (r *run) fallbackGrowth(ctx context.Context, c *client.Client, homes string) error {
+	n := r.opts.Fallbacks
+	r.progress("  fallback growth: %d rounds per size", n)
+	dir, err := userDir(homes, "fb")
+	if err != nil {
+		return err
+	}
+	reg, jr := store.NewRegistry(dir), store.NewJournal(dir)
+	long := strings.Repeat("a long remembered sentence of the earlier conversation. ", 18) // ~1 KiB
+	for i := range n {
+		for _, size := range []string{"s", "b"} {
+			key := fmt.Sprintf("fb-%s-%d", size, i)
+			if err := reg.Record(key, uuid()); err != nil {
+				return err
+			}
+			turns := []store.Turn{{Role: "user", Text: "hi"}, {Role: "assistant", Text: "hello"}}
+			if size == "b" {
+				turns = nil
+				for j := range 40 {
+					role := "user"
+					if j%2 == 1 {
+						role = "assistant"
+					}
+					turns = append(turns, store.Turn{Role: role, Text: long})
+				}
+			}
+			if err := jr.Append(key, turns...); err != nil {
+				return err
+			}
+		}
+	}
+	var big, small timings
+	for i := range n {
+		for _, size := range []string{"b", "s"} {
+			o, err := daemonRound(ctx, c, "fb", fmt.Sprintf("fb-%s-%d", size, i), text)
+			if err != nil {
+				return err
+			}
+			if !o.verdict.FellBack {
+				return fmt.Errorf("round %s-%d did not fall back", size, i)
+			}
+			if size == "b" {
+				big.add(o.Timing)
+			} else {
+				small.add(o.Timing)
+			}
+		}
+	}
+	r.pair("fallback round, 32 KiB transcript", &big, &small, "fallback, 1-turn transcript", "")
+	return nil
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/bench"
+	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/testkit/fakeappserver"
+)
+
+// benchFakeCommand is the hidden command the bench's daemon runs as its
+// "codex" for the events row: this binary as the scripted fake
+// app-server, configured by FAKE_APPSERVER_CONFIG.
+const benchFakeCommand = "bench-fake-appserver"
+
+// benchCmd measures the daemon against a direct client of the same CLI
+// (package bench) and prints the table.
+func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quick := fs.Bool("quick", false, "every row with fewer samples (about a minute)")
+	jsonFile := fs.String("json", "", "also write the result as JSON to `FILE`")
+	markdown := fs.Bool("markdown", false, "print the table as Markdown")
+	dir := fs.String("dir", "", "keep homes and workspace in `DIR`, which must be empty (default: a temporary folder, removed afterwards)")
+	codex := fs.String("codex", "", "codex `PATH` (default: $CODEX_BIN, the project-local install, then PATH)")
+	counts := map[string]*int{}
+	for _, c := range []struct{ name, usage string }{
+		{"rounds", "warm rounds per side"},
+		{"users", "users at once (and direct clients)"},
+		{"cold", "cold rounds per side"},
+		{"evict", "rounds after an idle eviction per side"},
+		{"batches", "batches of --users rounds per side"},
+		{"events", "deltas in one flood round"},
+		{"floods", "flood rounds (and raw remote bursts)"},
+		{"idle-users", "registered idle users for the memory row"},
+		{"registry-threads", "mesh threads of the big registry"},
+		{"fallbacks", "fallback rounds per transcript size"},
+		{"mcp-calls", "MCP calls per side"},
+	} {
+		counts[c.name] = fs.Int(c.name, 0, c.usage+" (0: the default, or --quick's)")
+	}
+	if _, err := parseArgs(fs, args, noArgs); err != nil {
+		return err
+	}
+	c := bench.DefaultCounts()
+	if *quick {
+		c = bench.QuickCounts()
+	}
+	for name, dst := range map[string]*int{
+		"rounds": &c.Rounds, "users": &c.Users, "cold": &c.Cold, "evict": &c.Evict, "batches": &c.Batches,
+		"events": &c.Events, "floods": &c.Floods, "idle-users": &c.IdleUsers, "registry-threads": &c.RegistryThreads,
+		"fallbacks": &c.Fallbacks, "mcp-calls": &c.MCPCalls,
+	} {
+		if v := *counts[name]; v < 0 {
+			fmt.Fprintf(stderr, "supervisor bench: --%s must not be negative\n", name)
+			return errUsage
+		} else if v > 0 {
+			*dst = v
+		}
+	}
+	bin, err := codexrpc.ResolveBinary(*codex)
+	if err != nil {
+		return err
+	}
+	root := *dir
+	if root == "" {
+		if root, err = os.MkdirTemp("", "supervisor-bench-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(root)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	res, err := bench.Run(ctx, bench.Options{
+		Counts: c, Codex: bin, Dir: root, Progress: stderr,
+		StartDaemon: func(cfg actors.Config) (bench.Daemon, error) {
+			listen, err := freeLoopbackAddr()
+			if err != nil {
+				return nil, err
+			}
+			// The bench's one caller sends thousands of messages a
+			// second (the memory row's registrations): no rate limit.
+			d, _, err := startDaemonEdge(listen, nil, cfg, edgeOptions{peerRate: 1e9, peerBurst: 1 << 30})
+			if err != nil {
+				return nil, err
+			}
+			return benchDaemon{d: d, addr: listen}, nil
+		},
+		FakeLaunch: func(fake fakeappserver.Config) (string, []string, []string, error) {
+			return exe, []string{benchFakeCommand}, []string{fakeappserver.Env(fake)}, nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if *markdown {
+		err = res.WriteMarkdown(stdout)
+	} else {
+		err = res.WriteTable(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if *jsonFile != "" {
+		f, err := os.Create(*jsonFile)
+		if err != nil {
+			return err
+		}
+		if err := res.WriteJSON(f); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	return nil
+}
+
+// benchDaemon is a daemon the bench started.
+type benchDaemon struct {
+	d    *daemon
+	addr string
+}
+
+func (b benchDaemon) Addr() string { return b.addr }
+func (b benchDaemon) Stop() error  { return b.d.stop(30 * time.Second) }
