@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshweaver/supervisor/bench"
+	"github.com/meshweaver/supervisor/testkit/proctest"
+)
+
+// TestBenchSmall runs `supervisor bench` with tiny counts on the real CLI
+// (and this test binary as the fake app-server of the events row): every
+// row is there, in the table and in the JSON, with numbers. Timings are
+// not asserted: they depend on the machine.
+func TestBenchSmall(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(t.TempDir(), "bench.json")
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	code := runCLI(ctx, []string{"bench", "--quick", "--dir", dir, "--json", out,
+		"--rounds", "2", "--users", "2", "--cold", "1", "--evict", "1", "--batches", "1",
+		"--events", "300", "--floods", "1", "--idle-users", "50", "--registry-threads", "20",
+		"--fallbacks", "1", "--mcp-calls", "5"}, nil, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	// No CLI outlives the bench: the daemon's, the direct clients'.
+	if left := proctest.WaitGone(t, 10*time.Second, 20*time.Millisecond, proctest.UnderHome(dir)); len(left) > 0 {
+		t.Errorf("codex processes left under %s: %v", dir, left)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.Result
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&res); err != nil {
+		t.Fatalf("the JSON does not decode into bench.Result: %v\n%s", err, b)
+	}
+	if err := res.Complete(); err != nil {
+		t.Errorf("%v\n%s", err, b)
+	}
+	if res.Options.Rounds != 2 || res.Options.Users != 2 || res.Options.IdleUsers != 50 {
+		t.Errorf("options %+v: the flags did not apply", res.Options)
+	}
+	wantRows := []string{
+		"warm round: send → first text", "warm round: send → verdict",
+		"cold round (new user): send → first text", "cold round (new user): send → verdict",
+		"2 users at once: send → first text", "2 users at once: send → verdict",
+		"app-server RSS per live user", "bench process RSS growth per live user",
+		"warm round, 20 mesh threads: send → first text", "warm round, 20 mesh threads: send → verdict",
+		"fallback round, 32 KiB transcript: send → first text", "fallback round, 32 KiB transcript: send → verdict",
+		"round after idle eviction: send → first text", "round after idle eviction: send → verdict",
+		"deltas end to end over the remote",
+		"MCP tools/call through the front",
+		"heap per idle registered user (50 users)",
+	}
+	var got []string
+	for _, r := range res.Rows {
+		got = append(got, r.Name)
+	}
+	if strings.Join(got, "\n") != strings.Join(wantRows, "\n") {
+		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantRows, "\n"))
+	}
+	table := stdout.String()
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if !strings.HasPrefix(lines[0], "measurement") || !strings.Contains(lines[0], "ratio p50") {
+		t.Errorf("table header %q", lines[0])
+	}
+	for _, name := range wantRows {
+		if !strings.Contains(table, name) {
+			t.Errorf("the table has no row %q:\n%s", name, table)
+		}
+	}
+}
+
+func TestBenchRefusesBadCounts(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := runCLI(context.Background(), []string{"bench", "--rounds", "-1"}, nil, &stdout, &stderr); code != 2 {
+		t.Errorf("exit %d, want 2 (usage); stderr %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "--rounds must not be negative") {
+		t.Errorf("stderr %q", stderr.String())
+	}
+}
