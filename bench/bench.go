@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -74,6 +75,9 @@ type Options struct {
 	FakeLaunch func(fake fakeappserver.Config) (bin string, args, env []string, err error)
 	// Progress receives a line per phase (nil: none).
 	Progress io.Writer
+	// Only, when set, runs these phases alone: "rounds", "events", "mcp",
+	// "memory".
+	Only []string
 }
 
 // run is one bench run's shared state.
@@ -121,16 +125,25 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	// its temporary files go where the daemon's go.
 	r.env = []string{"HOME=" + r.home, "TMPDIR=/var/tmp"}
 
-	phases := []struct {
-		name string
-		f    func(context.Context) error
-	}{
-		{"rounds (warm, cold, evicted, users at once, growth)", r.realRounds},
-		{"events through the remote", r.events},
-		{"MCP calls through the front", r.mcpFront},
-		{"idle users' memory", r.idleMemory},
+	type phase struct {
+		key, name string
+		f         func(context.Context) error
+	}
+	phases := []phase{
+		{"rounds", "rounds (warm, cold, evicted, users at once, growth)", r.realRounds},
+		{"events", "events through the remote", r.events},
+		{"mcp", "MCP calls through the front", r.mcpFront},
+		{"memory", "idle users' memory", r.idleMemory},
+	}
+	for _, k := range opts.Only {
+		if !slices.ContainsFunc(phases, func(p phase) bool { return p.key == k }) {
+			return nil, fmt.Errorf("bench: no phase %q (rounds, events, mcp, memory)", k)
+		}
 	}
 	for _, p := range phases {
+		if len(opts.Only) > 0 && !slices.Contains(opts.Only, p.key) {
+			continue
+		}
 		r.progress("bench: %s", p.name)
 		if err := p.f(ctx); err != nil {
 			return nil, fmt.Errorf("bench: %s: %w", p.name, err)

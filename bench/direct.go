@@ -26,6 +26,9 @@ type DirectConfig struct {
 	Env       []string // the whole environment, CODEX_HOME excepted
 	Sandbox   string   // thread sandbox (the daemon's)
 	Approval  string   // thread approval policy (the daemon's)
+	// ThreadConfig, when set, is the config overlay of thread/start and
+	// thread/resume.
+	ThreadConfig map[string]any
 }
 
 // Direct is a minimal stdio client of `codex app-server`: what a user
@@ -137,9 +140,11 @@ func (d *Direct) StartThread(ctx context.Context) (string, error) {
 			ID string `json:"id"`
 		} `json:"thread"`
 	}
-	err := d.conn.Call(ctx, "thread/start", map[string]any{
-		"cwd": d.cfg.Dir, "sandbox": d.cfg.Sandbox, "approvalPolicy": d.cfg.Approval,
-	}, &res)
+	p := map[string]any{"cwd": d.cfg.Dir, "sandbox": d.cfg.Sandbox, "approvalPolicy": d.cfg.Approval}
+	if d.cfg.ThreadConfig != nil {
+		p["config"] = d.cfg.ThreadConfig
+	}
+	err := d.conn.Call(ctx, "thread/start", p, &res)
 	if err == nil && res.Thread.ID == "" {
 		err = errors.New("thread/start answered no thread id")
 	}
@@ -148,10 +153,20 @@ func (d *Direct) StartThread(ctx context.Context) (string, error) {
 
 // ResumeThread loads a thread from its rollout, with the daemon's settings.
 func (d *Direct) ResumeThread(ctx context.Context, threadID string) error {
-	return d.conn.Call(ctx, "thread/resume", map[string]any{
+	p := map[string]any{
 		"threadId": threadID, "cwd": d.cfg.Dir, "sandbox": d.cfg.Sandbox,
 		"approvalPolicy": d.cfg.Approval, "excludeTurns": true,
-	}, nil)
+	}
+	if d.cfg.ThreadConfig != nil {
+		p["config"] = d.cfg.ThreadConfig
+	}
+	return d.conn.Call(ctx, "thread/resume", p, nil)
+}
+
+// Unsubscribe unloads a thread from the connection, as the daemon does
+// before each resume.
+func (d *Direct) Unsubscribe(ctx context.Context, threadID string) error {
+	return d.conn.Call(ctx, "thread/unsubscribe", map[string]any{"threadId": threadID}, nil)
 }
 
 // Turn runs one turn on a loaded thread and times it from the moment

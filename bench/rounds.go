@@ -39,8 +39,12 @@ func (r *run) realRounds(ctx context.Context) (err error) {
 	return r.evicted(ctx)
 }
 
-// warm: the same thread, round after round, in a live app-server.
-func (r *run) warm(ctx context.Context, c *client.Client, _ string) error {
+// warm: the same thread, round after round, in a live app-server; and two
+// more sides, direct clients that replay what today's daemon asks the CLI
+// before each turn (thread/unsubscribe, thread/resume), with and without
+// the daemon's config overlay, which split the daemon's extra time into
+// the CLI's part and the daemon's own.
+func (r *run) warm(ctx context.Context, c *client.Client, homes string) error {
 	r.progress("  warm rounds: %d per side", r.opts.Rounds)
 	dc, err := StartDirect(ctx, r.directConfig())
 	if err != nil {
@@ -51,25 +55,130 @@ func (r *run) warm(ctx context.Context, c *client.Client, _ string) error {
 	if err != nil {
 		return err
 	}
+	// Two replays of what the daemon asks before each turn: with the
+	// config overlay it sends today with a round that has no MCP
+	// back-connection (actors/round.go, overlay), and without one.
+	overlay := map[string]any{"mcp_servers": map[string]any{"meshweaver": map[string]any{
+		"url": "http://127.0.0.1:9/disabled", "enabled": false,
+	}}}
+	replays := []*replayer{{name: "direct replaying the daemon's unsubscribe+resume", overlay: overlay},
+		{name: "direct with unsubscribe+resume, no config overlay"}}
+	for _, rp := range replays {
+		cfg := r.directConfig()
+		cfg.ThreadConfig = rp.overlay
+		if rp.c, err = StartDirect(ctx, cfg); err != nil {
+			return err
+		}
+		defer rp.c.Close()
+		if rp.thread, err = rp.c.StartThread(ctx); err != nil {
+			return err
+		}
+	}
 	var daemon, direct timings
+	var cpuDaemon, cpuDirect float64
 	// Round 0 of each side makes the thread (and loads the app-server);
 	// it is not a warm round.
 	for i := range r.opts.Rounds + 1 {
+		pid := 0
+		if i > 0 {
+			if pid, err = livePID(homes, "warm"); err != nil {
+				return err
+			}
+		}
+		cpu0 := cpuTime(pid)
 		o, err := daemonRound(ctx, c, "warm", "w", text)
 		if err != nil {
 			return err
 		}
+		cpu1, cpu2 := cpuTime(pid), cpuTime(dc.PID())
 		t, err := r.directTurn(ctx, dc, thread)
 		if err != nil {
 			return err
 		}
+		cpu3 := cpuTime(dc.PID())
+		for _, rp := range replays {
+			if err := rp.round(ctx, i > 0); err != nil {
+				return err
+			}
+		}
 		if i > 0 {
 			daemon.add(o.Timing)
 			direct.add(t)
+			cpuDaemon, cpuDirect = cpuDaemon+cpu1-cpu0, cpuDirect+cpu3-cpu2
 		}
 	}
 	r.pair("warm round", &daemon, &direct, "direct client", "")
+	for _, rp := range replays {
+		r.pair(rp.name, &rp.t, &direct, "direct client", "")
+		r.rows = append(r.rows, row("  of which thread/unsubscribe + thread/resume", "ms", rp.reload, "direct: send → verdict", ms(direct.whole), ""))
+	}
+	r.rows = append(r.rows,
+		row("app-server CPU per warm round", "ms", []float64{cpuDaemon * 1000 / float64(r.opts.Rounds)}, "direct client's CLI",
+			[]float64{cpuDirect * 1000 / float64(r.opts.Rounds)}, "utime+stime of the CLI process over all warm rounds, per round"))
 	return nil
+}
+
+// replayer is a direct client that unloads and resumes its thread before
+// each turn, as today's daemon does.
+type replayer struct {
+	name    string
+	overlay map[string]any
+	c       *Direct
+	thread  string
+	t       timings
+	reload  []float64 // ms of thread/unsubscribe + thread/resume
+}
+
+// round runs one turn; when measured, the thread is unloaded and resumed
+// first (it has a rollout to resume only after its first turn) and the
+// sample is kept.
+func (rp *replayer) round(ctx context.Context, measured bool) error {
+	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
+	defer cancel()
+	start := time.Now()
+	if measured {
+		if err := rp.c.Unsubscribe(ctx, rp.thread); err != nil {
+			return err
+		}
+		if err := rp.c.ResumeThread(ctx, rp.thread); err != nil {
+			return err
+		}
+	}
+	reloaded := time.Since(start)
+	t, err := rp.c.Turn(ctx, rp.thread, text, start)
+	if err != nil || !measured {
+		return err
+	}
+	rp.t.add(t)
+	rp.reload = append(rp.reload, float64(reloaded)/float64(time.Millisecond))
+	return nil
+}
+
+// livePID is the pid of a user's live app-server.
+func livePID(homes, user string) (int, error) {
+	rec, err := procRecord(homes, user)
+	if err != nil {
+		return 0, err
+	}
+	pr, err := store.ReadProcRecord(rec)
+	return pr.PID, err
+}
+
+// cpuTime is a process's user and system CPU in seconds (0 for pid 0 or
+// a process gone).
+func cpuTime(pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0
+	}
+	return st.CPUTime()
 }
 
 func (r *run) directTurn(ctx context.Context, dc *Direct, thread string) (Timing, error) {
@@ -280,15 +389,11 @@ func (r *run) crowd(ctx context.Context, c *client.Client, homes string) error {
 	// What a live user costs: its app-server, and the daemon's own growth.
 	var appDaemon, appDirect []float64
 	for i := range n {
-		rec, err := procRecord(homes, user(i))
+		pid, err := livePID(homes, user(i))
 		if err != nil {
 			return err
 		}
-		pr, err := store.ReadProcRecord(rec)
-		if err != nil {
-			return err
-		}
-		a, err := rss(pr.PID)
+		a, err := rss(pid)
 		if err != nil {
 			return err
 		}

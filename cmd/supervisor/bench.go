@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/meshweaver/supervisor/actors"
@@ -29,6 +31,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	markdown := fs.Bool("markdown", false, "print the table as Markdown")
 	dir := fs.String("dir", "", "keep homes and workspace in `DIR`, which must be empty (default: a temporary folder, removed afterwards)")
 	codex := fs.String("codex", "", "codex `PATH` (default: $CODEX_BIN, the project-local install, then PATH)")
+	only := fs.String("only", "", "run only these comma-separated phases: rounds, events, mcp, memory")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (the daemon runs in this process) to `FILE`")
 	counts := map[string]*int{}
 	for _, c := range []struct{ name, usage string }{
 		{"rounds", "warm rounds per side"},
@@ -79,8 +83,23 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	var phases []string
+	if *only != "" {
+		phases = strings.Split(*only, ",")
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	res, err := bench.Run(ctx, bench.Options{
-		Counts: c, Codex: bin, Dir: root, Progress: stderr,
+		Counts: c, Codex: bin, Dir: root, Progress: stderr, Only: phases,
 		StartDaemon: func(cfg actors.Config) (bench.Daemon, error) {
 			listen, err := freeLoopbackAddr()
 			if err != nil {

@@ -53,6 +53,12 @@ func TestBenchSmall(t *testing.T) {
 	}
 	wantRows := []string{
 		"warm round: send → first text", "warm round: send → verdict",
+		"direct replaying the daemon's unsubscribe+resume: send → first text",
+		"direct replaying the daemon's unsubscribe+resume: send → verdict",
+		"  of which thread/unsubscribe + thread/resume",
+		"direct with unsubscribe+resume, no config overlay: send → first text",
+		"direct with unsubscribe+resume, no config overlay: send → verdict",
+		"  of which thread/unsubscribe + thread/resume", "app-server CPU per warm round",
 		"cold round (new user): send → first text", "cold round (new user): send → verdict",
 		"2 users at once: send → first text", "2 users at once: send → verdict",
 		"app-server RSS per live user", "bench process RSS growth per live user",
