@@ -110,7 +110,7 @@ func (r *run) warm(ctx context.Context, c *client.Client, homes string) error {
 	r.pair("warm round", &daemon, &direct, "direct client", "")
 	for _, rp := range replays {
 		r.pair(rp.name, &rp.t, &direct, "direct client", "")
-		r.rows = append(r.rows, row("  of which thread/unsubscribe + thread/resume", "ms", rp.reload, "direct: send → verdict", ms(direct.whole), ""))
+		r.rows = append(r.rows, row("of which: thread/unsubscribe + thread/resume", "ms", rp.reload, "direct: send → verdict", ms(direct.whole), ""))
 	}
 	r.rows = append(r.rows,
 		row("app-server CPU per warm round", "ms", []float64{cpuDaemon * 1000 / float64(r.opts.Rounds)}, "direct client's CLI",
