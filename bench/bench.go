@@ -75,6 +75,11 @@ type Options struct {
 	FakeLaunch func(fake fakeappserver.Config) (bin string, args, env []string, err error)
 	// Progress receives a line per phase (nil: none).
 	Progress io.Writer
+	// WarmUp, when set, warms a user (and its mesh thread) up ahead of its
+	// first round, as a mesh does when a person opens a chat; it returns
+	// once the user's first round would run warm. With it the bench adds
+	// the row "first round after a warm-up" against a direct cold round.
+	WarmUp func(ctx context.Context, c *client.Client, user, thread string) error
 	// Only, when set, runs these phases alone: "rounds", "events", "mcp",
 	// "memory".
 	Only []string

@@ -81,14 +81,15 @@ func row(name, unit string, daemon []float64, baseName string, base []float64, n
 	return r
 }
 
-// Complete reports whether every number of every row is a number.
+// Complete reports whether every row has samples on both sides and only
+// finite numbers (a ratio is 0 when the baseline's p50 is 0).
 func (r *Result) Complete() error {
 	if len(r.Rows) == 0 {
 		return fmt.Errorf("no rows")
 	}
 	for _, x := range r.Rows {
 		for _, v := range []float64{x.Daemon.P50, x.Daemon.P99, x.Base.P50, x.Base.P99, x.Ratio} {
-			if math.IsNaN(v) || math.IsInf(v, 0) || x.Daemon.N == 0 || x.Base.N == 0 || x.Ratio <= 0 {
+			if math.IsNaN(v) || math.IsInf(v, 0) || x.Daemon.N == 0 || x.Base.N == 0 {
 				return fmt.Errorf("row %q has no number (%+v)", x.Name, x)
 			}
 		}

@@ -50,11 +50,14 @@ func TestCompleteAndOutputs(t *testing.T) {
 		{},
 		{Rows: []Row{row("no daemon side", "ms", nil, "direct", []float64{1}, "")}},
 		{Rows: []Row{row("no baseline", "ms", []float64{1}, "direct", nil, "")}},
-		{Rows: []Row{row("zero baseline", "ms", []float64{1}, "direct", []float64{0}, "")}},
 	} {
 		if err := bad.Complete(); err == nil {
 			t.Errorf("%+v: Complete found nothing missing", bad.Rows)
 		}
+	}
+	zero := &Result{Rows: []Row{row("zero baseline", "KiB", []float64{1}, "direct", []float64{0}, "")}}
+	if err := zero.Complete(); err != nil || zero.Rows[0].Ratio != 0 {
+		t.Errorf("a measured zero: %v, ratio %v (want complete, ratio 0)", err, zero.Rows[0].Ratio)
 	}
 	// A row without numbers still encodes (JSON has no NaN).
 	half := &Result{Rows: []Row{row("no baseline", "ms", []float64{1}, "direct", nil, "")}}

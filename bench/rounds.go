@@ -31,7 +31,7 @@ func (r *run) realRounds(ctx context.Context) (err error) {
 		err = errors.Join(err, d.Stop())
 	}()
 	homes := r.daemonConfig("a").Homes
-	for _, f := range []func(context.Context, *client.Client, string) error{r.warm, r.cold, r.crowd, r.registryGrowth, r.fallbackGrowth} {
+	for _, f := range []func(context.Context, *client.Client, string) error{r.warm, r.cold, r.warmedUp, r.crowd, r.registryGrowth, r.fallbackGrowth} {
 		if err := f(ctx, c, homes); err != nil {
 			return err
 		}
@@ -208,6 +208,35 @@ func (r *run) cold(ctx context.Context, c *client.Client, _ string) error {
 	return nil
 }
 
+// warmedUp: a new user's first round after Options.WarmUp, against a
+// direct client started from nothing (the warm-up is not timed: it runs
+// while the person types).
+func (r *run) warmedUp(ctx context.Context, c *client.Client, _ string) error {
+	if r.opts.WarmUp == nil {
+		return nil
+	}
+	r.progress("  first rounds after a warm-up: %d per side", r.opts.Cold)
+	var daemon, direct timings
+	for i := range r.opts.Cold {
+		user := fmt.Sprintf("warmup-%d", i)
+		if err := r.opts.WarmUp(ctx, c, user, "c"); err != nil {
+			return fmt.Errorf("warming %s up: %w", user, err)
+		}
+		o, err := daemonRound(ctx, c, user, "c", text)
+		if err != nil {
+			return err
+		}
+		daemon.add(o.Timing)
+		t, err := r.directCold(ctx, "")
+		if err != nil {
+			return err
+		}
+		direct.add(t)
+	}
+	r.pair("first round after a warm-up", &daemon, &direct, "direct: spawn+init+thread/start+turn", "")
+	return nil
+}
+
 // directCold times a client from its spawn: start (or resume threadID in
 // home when set) a thread and run a turn; the client is closed untimed.
 func (r *run) directCold(ctx context.Context, resume string, home ...string) (Timing, error) {
@@ -322,17 +351,11 @@ func (r *run) crowd(ctx context.Context, c *client.Client, homes string) error {
 	n := r.opts.Users
 	r.progress("  %d users at once: %d batches per side", n, r.opts.Batches)
 	user := func(i int) string { return fmt.Sprintf("crowd-%d", i) }
-	selfBefore, err := rss(os.Getpid())
-	if err != nil {
-		return err
-	}
+	heapBefore, _ := settledHeap()
 	if err := parallel(n, func(i int) error { _, err := daemonRound(ctx, c, user(i), "c", text); return err }); err != nil {
 		return err
 	}
-	selfDaemon, err := rss(os.Getpid())
-	if err != nil {
-		return err
-	}
+	heapDaemon, _ := settledHeap()
 	clients := make([]*Direct, n)
 	threads := make([]string, n)
 	defer func() {
@@ -346,7 +369,7 @@ func (r *run) crowd(ctx context.Context, c *client.Client, homes string) error {
 	for i := range cfgs {
 		cfgs[i] = r.directConfig()
 	}
-	err = parallel(n, func(i int) error {
+	err := parallel(n, func(i int) error {
 		dc, err := StartDirect(ctx, cfgs[i])
 		if err != nil {
 			return err
@@ -361,10 +384,7 @@ func (r *run) crowd(ctx context.Context, c *client.Client, homes string) error {
 	if err != nil {
 		return err
 	}
-	selfDirect, err := rss(os.Getpid())
-	if err != nil {
-		return err
-	}
+	heapDirect, _ := settledHeap()
 	var daemon, direct timings
 	for range r.opts.Batches {
 		err := parallel(n, func(i int) error {
@@ -405,10 +425,10 @@ func (r *run) crowd(ctx context.Context, c *client.Client, homes string) error {
 	}
 	r.rows = append(r.rows,
 		row("app-server RSS per live user", "MiB", appDaemon, "direct client's CLI", appDirect, ""),
-		row("bench process RSS growth per live user", "KiB",
-			[]float64{(selfDaemon - selfBefore) / float64(n) / 1024}, "per direct client",
-			[]float64{(selfDirect - selfDaemon) / float64(n) / 1024},
-			"the daemon runs inside the bench process: its growth as its users came alive, against the growth as the direct clients did"))
+		row("daemon heap per live user", "KiB",
+			[]float64{(float64(heapDaemon) - float64(heapBefore)) / float64(n) / 1024}, "direct client's Go heap",
+			[]float64{(float64(heapDirect) - float64(heapDaemon)) / float64(n) / 1024},
+			"the daemon runs inside the bench process: its heap growth as its users came alive, against the growth as the direct clients did; noisy below 10 users"))
 	return nil
 }
 

@@ -98,25 +98,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res, err := bench.Run(ctx, bench.Options{
-		Counts: c, Codex: bin, Dir: root, Progress: stderr, Only: phases,
-		StartDaemon: func(cfg actors.Config) (bench.Daemon, error) {
-			listen, err := freeLoopbackAddr()
-			if err != nil {
-				return nil, err
-			}
-			// The bench's one caller sends thousands of messages a
-			// second (the memory row's registrations): no rate limit.
-			d, _, err := startDaemonEdge(listen, nil, cfg, edgeOptions{peerRate: 1e9, peerBurst: 1 << 30})
-			if err != nil {
-				return nil, err
-			}
-			return benchDaemon{d: d, addr: listen}, nil
-		},
-		FakeLaunch: func(fake fakeappserver.Config) (string, []string, []string, error) {
-			return exe, []string{benchFakeCommand}, []string{fakeappserver.Env(fake)}, nil
-		},
-	})
+	opts := benchOptions(exe)
+	opts.Counts, opts.Codex, opts.Dir, opts.Progress, opts.Only = c, bin, root, stderr, phases
+	res, err := bench.Run(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -140,6 +124,29 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return f.Close()
 	}
 	return nil
+}
+
+// benchOptions are the bench's ways to start this daemon, and this binary
+// (exe) as the fake app-server.
+func benchOptions(exe string) bench.Options {
+	return bench.Options{
+		StartDaemon: func(cfg actors.Config) (bench.Daemon, error) {
+			listen, err := freeLoopbackAddr()
+			if err != nil {
+				return nil, err
+			}
+			// The bench's one caller sends thousands of messages a
+			// second (the memory row's registrations): no rate limit.
+			d, _, err := startDaemonEdge(listen, nil, cfg, edgeOptions{peerRate: 1e9, peerBurst: 1 << 30})
+			if err != nil {
+				return nil, err
+			}
+			return benchDaemon{d: d, addr: listen}, nil
+		},
+		FakeLaunch: func(fake fakeappserver.Config) (string, []string, []string, error) {
+			return exe, []string{benchFakeCommand}, []string{fakeappserver.Env(fake)}, nil
+		},
+	}
 }
 
 // benchDaemon is a daemon the bench started.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/bench"
+	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
@@ -61,7 +65,7 @@ func TestBenchSmall(t *testing.T) {
 		"of which: thread/unsubscribe + thread/resume", "app-server CPU per warm round",
 		"cold round (new user): send → first text", "cold round (new user): send → verdict",
 		"2 users at once: send → first text", "2 users at once: send → verdict",
-		"app-server RSS per live user", "bench process RSS growth per live user",
+		"app-server RSS per live user", "daemon heap per live user",
 		"warm round, 20 mesh threads: send → first text", "warm round, 20 mesh threads: send → verdict",
 		"fallback round, 32 KiB transcript: send → first text", "fallback round, 32 KiB transcript: send → verdict",
 		"round after idle eviction: send → first text", "round after idle eviction: send → verdict",
@@ -95,5 +99,68 @@ func TestBenchRefusesBadCounts(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "--rounds must not be negative") {
 		t.Errorf("stderr %q", stderr.String())
+	}
+}
+
+// TestBenchWarmUpRow: with a WarmUp hook the rounds phase adds the row of
+// the first round after a warm-up, and the hook ran before each of those
+// rounds. The hook here stands in for the WarmUp message: a round on
+// another thread of the user, which starts its app-server.
+func TestBenchWarmUpRow(t *testing.T) {
+	bin, err := codexhome.CodexBin()
+	if err != nil {
+		t.Fatalf("the real codex CLI is required (run scripts/install-codex): %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	opts := benchOptions(exe)
+	opts.Codex, opts.Dir, opts.Only = bin, dir, []string{"rounds"}
+	opts.Counts = bench.Counts{Rounds: 1, Cold: 2, Evict: 1, Users: 1, Batches: 1, Events: 1, Floods: 1,
+		IdleUsers: 1, RegistryThreads: 2, Fallbacks: 1, MCPCalls: 1}
+	var warmed []string
+	opts.WarmUp = func(ctx context.Context, c *client.Client, user, thread string) error {
+		warmed = append(warmed, user+"/"+thread)
+		r, err := c.Round(ctx, messages.StartRound{User: user, Thread: thread + "-warm", Text: "hi"})
+		if err != nil {
+			return err
+		}
+		v, err := r.Wait()
+		if err == nil && v.Status != messages.StatusCompleted {
+			err = fmt.Errorf("warm-up round: %s", v.Status)
+		}
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := bench.Run(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := proctest.WaitGone(t, 10*time.Second, 20*time.Millisecond, proctest.UnderHome(dir)); len(left) > 0 {
+		t.Errorf("codex processes left under %s: %v", dir, left)
+	}
+	if err := res.Complete(); err != nil {
+		t.Error(err)
+	}
+	if want := []string{"warmup-0/c", "warmup-1/c"}; strings.Join(warmed, " ") != strings.Join(want, " ") {
+		t.Errorf("warmed %v, want %v", warmed, want)
+	}
+	found := 0
+	for _, r := range res.Rows {
+		if strings.HasPrefix(r.Name, "first round after a warm-up: ") {
+			found++
+			if r.Daemon.N != 2 || r.Base.N != 2 {
+				t.Errorf("row %+v: want 2 samples a side", r)
+			}
+		}
+		if strings.HasPrefix(r.Name, "deltas") || strings.HasPrefix(r.Name, "heap") {
+			t.Errorf("row %q of a phase left out by Only", r.Name)
+		}
+	}
+	if found != 2 {
+		t.Errorf("%d warm-up rows, want 2 (first text, verdict)", found)
 	}
 }
