@@ -66,9 +66,10 @@ type Front struct {
 	served    chan struct{} // closed when Serve has returned
 	inflight  sync.WaitGroup
 
-	mu    sync.Mutex
-	byKey map[Key]*route
-	byID  map[string]*route
+	mu     sync.Mutex
+	closed bool // Close began: no request starts any more
+	byKey  map[Key]*route
+	byID   map[string]*route
 }
 
 // route is one bound key: its id and, once set, where to forward and with
@@ -140,6 +141,9 @@ func (f *Front) Addr() string { return strings.TrimPrefix(f.base, "http://") }
 // Close stops listening, ends every request in flight (their upstream
 // requests too) and waits for them.
 func (f *Front) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
 	f.cancel()
 	err := f.srv.Close()
 	<-f.served
@@ -236,7 +240,16 @@ func (f *Front) lookup(path string) (Key, url.URL, string, bool) {
 }
 
 func (f *Front) serveHTTP(w http.ResponseWriter, req *http.Request) {
+	// Counted under the lock that Close takes before it waits, so that no
+	// request starts while Close waits.
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		http.Error(w, "mcpfront: closing", http.StatusServiceUnavailable)
+		return
+	}
 	f.inflight.Add(1)
+	f.mu.Unlock()
 	defer f.inflight.Done()
 	key, target, token, ok := f.lookup(req.URL.Path)
 	if !ok {
