@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -452,5 +453,56 @@ func TestCloseEndsStreams(t *testing.T) {
 	if _, err := io.ReadAll(resp.Body); err == nil {
 		// An ended stream reads to EOF or fails; either way it ends.
 		t.Log("stream ended with EOF")
+	}
+}
+
+// TestConcurrentSetsAndRequests: tokens change while requests flow (the
+// race detector watches); every request carries one of the tokens set,
+// never a mix or none.
+func TestConcurrentSetsAndRequests(t *testing.T) {
+	f, _ := newFront(t, Options{})
+	up, got := recorder(t)
+	key := Key{User: "ann", Thread: "t"}
+	if err := f.Set(key, up.URL, "tok-0"); err != nil {
+		t.Fatal(err)
+	}
+	u := f.Bind(key)
+	stop := make(chan struct{})
+	setter := make(chan struct{})
+	go func() {
+		defer close(setter)
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := f.Set(key, up.URL, "tok-"+strconv.Itoa(i%2)); err != nil {
+				panic(err) // cannot fail: a valid URL and token
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 25 {
+				resp, err := http.Post(u, "application/json", strings.NewReader("{}"))
+				if err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-setter
+	g := got()
+	if len(g) != 100 {
+		t.Fatalf("upstream got %d requests, want 100", len(g))
+	}
+	for _, s := range g {
+		if s.auth != "Bearer tok-0" && s.auth != "Bearer tok-1" {
+			t.Errorf("a request carried %q", s.auth)
+		}
 	}
 }
