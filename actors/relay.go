@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/anypb"
+
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
@@ -67,7 +69,7 @@ func newRelay(cfg *Config, to *actor.PID, msg any, replyTo *actor.PID, release f
 }
 
 func (r *relayActor) Receive(c *actor.Context) {
-	switch c.Message().(type) {
+	switch m := c.Message().(type) {
 	case actor.Initialized:
 		return
 	case actor.Started:
@@ -82,8 +84,17 @@ func (r *relayActor) Receive(c *actor.Context) {
 	case relayTimeout:
 		r.fail(c, "the member owning this user did not answer")
 		return
+	case actor.RemoteUnreachableEvent:
+		if m.ListenAddr == r.to.Address {
+			r.fail(c, fmt.Sprintf("the member owning this user (%s) cannot be reached; send it again", r.to.Address))
+		}
+		return
 	}
-	msg, err := messages.Unwrap(c.Message())
+	env, ok := c.Message().(*anypb.Any)
+	if !ok {
+		return // the engine's other events: what the owner says comes as envelopes
+	}
+	msg, err := messages.Decode(env)
 	if err != nil {
 		r.log.Warn("undecodable reply from the owner; dropped", "err", err)
 		return
@@ -104,6 +115,9 @@ func (r *relayActor) start(c *actor.Context) {
 		r.fail(c, "cannot forward the message: "+err.Error())
 		return
 	}
+	// A lost connection to the owner (its process died, a refused dial)
+	// is heard on the event stream, before its lease expires.
+	c.Engine().Subscribe(c.PID())
 	c.Engine().SendWithSender(r.to, env, c.PID())
 	self, e, round := c.PID(), c.Engine(), r.round != nil
 	r.wg.Add(1)
@@ -161,6 +175,7 @@ func (r *relayActor) shutdown(c *actor.Context) {
 		r.verdict(c, "this member is stopping; send it again")
 	}
 	r.done = true
+	c.Engine().Unsubscribe(c.PID())
 	close(r.stop)
 	r.wg.Wait()
 	if r.release != nil {
