@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
@@ -24,6 +25,10 @@ type Fence struct{}
 // ("h<hops>-<n>") tell the member a message is forwarded to how many hops
 // it has made (relayHops).
 const relayKind = "relay"
+
+// RelayPrefix is the id prefix of the relay actors, which other members'
+// answers address (the edge lets answers through to them).
+const RelayPrefix = RootKind + "/" + RootID + "/" + relayKind + "/"
 
 // relayRequestTimeout bounds a relayed request that is not a round (a
 // login, an account query): the owner answers once.
@@ -90,17 +95,16 @@ func (r *relayActor) Receive(c *actor.Context) {
 		}
 		return
 	}
-	env, ok := c.Message().(*anypb.Any)
-	if !ok {
-		return // the engine's other events: what the owner says comes as envelopes
+	msg := c.Message()
+	if env, ok := msg.(*anypb.Any); ok { // no edge gate in front (tests)
+		var err error
+		if msg, err = messages.Decode(env); err != nil {
+			r.log.Warn("undecodable reply from the owner; dropped", "err", err)
+			return
+		}
 	}
-	msg, err := messages.Decode(env)
-	if err != nil {
-		r.log.Warn("undecodable reply from the owner; dropped", "err", err)
-		return
-	}
-	if r.done {
-		return
+	if r.done || !edge.IsReply(msg) || !r.mine(msg) {
+		return // the engine's other events, or a late answer to an earlier relay of the same id
 	}
 	deliver(c.Engine(), r.replyTo, msg, r.log)
 	if _, ok := msg.(messages.RoundEvent); ok && r.round != nil {
@@ -137,6 +141,21 @@ func (r *relayActor) start(c *actor.Context) {
 		case <-r.stop:
 		}
 	}()
+}
+
+// mine reports whether a round's event or verdict belongs to the relayed
+// round (relay ids start again at 1 when the daemon restarts).
+func (r *relayActor) mine(msg any) bool {
+	if r.round == nil {
+		return true
+	}
+	switch m := msg.(type) {
+	case messages.RoundEvent:
+		return m.RoundID == r.round.RoundID
+	case messages.RoundFinished:
+		return m.RoundID == r.round.RoundID
+	}
+	return true
 }
 
 // fail ends the relay with a retryable verdict (or a refusal, for a

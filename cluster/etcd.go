@@ -57,6 +57,10 @@ func StartEmbedded(ctx context.Context, c EmbedConfig) (*embed.Etcd, error) {
 	cfg.InitialCluster = c.Initial
 	cfg.InitialClusterToken = c.Token
 	cfg.ClusterState = embed.ClusterStateFlagNew
+	// A leader heartbeat every 200ms and elections after 2s of silence
+	// (etcd's defaults are 100ms and 1s): a daemon's machine also runs the
+	// users' app-servers, and a loaded one must not flap its leader.
+	cfg.TickMs, cfg.ElectionMs = 200, 2000
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "1h"
 	if c.TLS.Enabled() {

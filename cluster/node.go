@@ -123,7 +123,7 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 		live:     map[string]string{}, owned: map[string]int64{}, watchers: map[string]chan struct{}{},
 	}
 	n.every = NewDeadline(cfg.TTL, cfg.Margin, time.Time{}).RenewEvery()
-	if err := n.register(ctx); err != nil {
+	if err := n.registerWait(ctx); err != nil {
 		return nil, err
 	}
 	rev, err := n.listMembers(ctx)
@@ -138,6 +138,32 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 	go n.watchLoop(runCtx, rev)
 	n.log.Info("joined the cluster", "cluster", cfg.Cluster, "addr", cfg.Addr, "ttl", cfg.TTL, "fence_margin", cfg.Margin)
 	return n, nil
+}
+
+// errRegistered: the member key exists, held by another lease.
+var errRegistered = errors.New("registered already")
+
+// registerWait registers the member, waiting while its key is held by
+// another lease: this member's previous life (killed and restarted)
+// holds it until its lease expires, at most a TTL. Another live process
+// with the same id holds it for ever: ctx ends the wait.
+func (n *Node) registerWait(ctx context.Context) error {
+	warned := false
+	for {
+		err := n.register(ctx)
+		if !errors.Is(err, errRegistered) {
+			return err
+		}
+		if !warned {
+			n.log.Warn("the member id is still registered (this member's previous life, until its lease expires, or another process with the same --member): waiting", "ttl", n.cfg.TTL)
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("registering member %q: %w (another process with this id?)", n.cfg.Member, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // register grants a fresh lease and puts the member key on it.
@@ -158,7 +184,7 @@ func (n *Node) register(ctx context.Context) error {
 		Then(clientv3.OpPut(key, n.cfg.Addr, clientv3.WithLease(g.ID))).
 		Commit()
 	if err == nil && !resp.Succeeded {
-		err = fmt.Errorf("member %q is registered already (another process, or this member's previous life until its lease expires, at most %v)", n.cfg.Member, n.cfg.TTL)
+		err = errRegistered
 	}
 	if err != nil {
 		_, _ = n.cfg.Client.Revoke(context.WithoutCancel(ctx), g.ID)

@@ -38,6 +38,7 @@ commands:
   logout      clear a user's stored credential and codex login
   models      list the models a user's codex offers
   account     show a user's codex account
+  fence       the out-of-process fence of a cluster member (serve starts it; docs/DEPLOY.md)
   version     print the version, commit, Go version and pinned codex CLI
   help        show a command's flags: supervisor help <command>
 
@@ -95,6 +96,8 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		err = loginCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "logout", "models", "account":
 		err = simpleCmd(ctx, args[0], args[1:], stdout, stderr)
+	case "fence":
+		err = fenceCmd(ctx, args[1:], stdin, stderr)
 	case "version", "--version", "-version":
 		err = versionCmd(args[0], args[1:], stdout, stderr)
 	case "-h", "--help", "help":
