@@ -224,7 +224,12 @@ func (n *Node) renew(ctx context.Context) {
 	lease, fenceAt, fenced := n.lease, n.deadline.FenceAt(), n.fenced
 	n.mu.Unlock()
 	if fenced {
-		// The lease is as good as gone: start a new life.
+		// The lease is as good as gone: start a new life. The app-servers
+		// are stopped, so the old lease (if etcd still has it) is revoked
+		// first: its users are free at once, for this member or another.
+		rctx, cancel := context.WithTimeout(ctx, n.cfg.CallTimeout)
+		_, _ = n.cfg.Client.Revoke(rctx, lease)
+		cancel()
 		if err := n.register(ctx); err != nil {
 			n.log.Warn("rejoining the cluster", "err", err)
 		} else {

@@ -474,15 +474,24 @@ func TestClusterRejoinAndLeave(t *testing.T) {
 // and no home ever has two app-servers.
 func TestClusterRacingUsers(t *testing.T) {
 	longCluster(t)
-	tc := newTestCluster(t, 3, "--max-live", "200", "--peer-rate", "1000", "--peer-burst", "1000")
+	// At most 12 app-servers a member (idle ones are stopped for new
+	// ones), 10 users racing at a time: the machine has 2 cores, and a
+	// longer lease, as etcd's keepalives wait behind the app-servers.
+	tc := newTestCluster(t, 3, "--max-live", "12", "--peer-rate", "1000", "--peer-burst", "1000",
+		"--lease-ttl", "15s", "--fence-margin", "5s")
 	clients := []*client.Client{tc.dial(0), tc.dial(1), tc.dial(2)}
 	const users = 100
 	var wg sync.WaitGroup
 	errs := make(chan error, users*3)
+	slots := make(chan struct{}, 10)
 	start := time.Now()
 	for u := range users {
+		slots <- struct{}{}
+		var race sync.WaitGroup
 		for i, c := range clients {
+			race.Add(1)
 			wg.Go(func() {
+				defer race.Done()
 				user := fmt.Sprintf("racer-%03d", u)
 				text, v, _ := roundRetrying(t, c, messages.StartRound{User: user, Thread: fmt.Sprintf("t%d", i), Text: "race " + user}, 5*time.Minute)
 				if v.Status != messages.StatusCompleted || !strings.Contains(text, "race "+user) {
@@ -490,6 +499,7 @@ func TestClusterRacingUsers(t *testing.T) {
 				}
 			})
 		}
+		go func() { race.Wait(); <-slots }()
 	}
 	wg.Wait()
 	close(errs)
@@ -497,10 +507,14 @@ func TestClusterRacingUsers(t *testing.T) {
 		t.Error(err)
 	}
 	t.Logf("%d rounds for %d users in %v", users*3, users, time.Since(start).Round(time.Millisecond))
+	owned := 0
 	for u := range users {
-		if tc.ownerOf(fmt.Sprintf("racer-%03d", u)) < 0 {
-			t.Errorf("racer-%03d has no owner", u)
+		if tc.ownerOf(fmt.Sprintf("racer-%03d", u)) >= 0 {
+			owned++
 		}
+	}
+	if owned != users {
+		t.Errorf("%d of %d users have an owner after their rounds, want all (no member was fenced)", owned, users)
 	}
 }
 
