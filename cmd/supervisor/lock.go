@@ -18,7 +18,7 @@ const lockName = ".supervisor.lock"
 // its whole life (the kernel drops it when the process ends, however).
 type homesLock struct{ f *os.File }
 
-// lockHomes takes the exclusive lock on homes (creating the folder and the
+// lockMemberHomes takes the exclusive lock on homes (creating the folder and the
 // lock file if needed) and writes this process's pid into it. A second
 // daemon gets an error naming the holder's pid.
 //
@@ -27,8 +27,6 @@ type homesLock struct{ f *os.File }
 // of one member id apart on one machine. It is not the fence between
 // members — a lock on a network file system is client-local or a lease of
 // its own — etcd is (package cluster).
-func lockHomes(homes string) (*homesLock, error) { return lockMemberHomes(homes, "") }
-
 func lockMemberHomes(homes, member string) (*homesLock, error) {
 	if err := os.MkdirAll(homes, 0o700); err != nil {
 		return nil, fmt.Errorf("creating --homes: %w", err)
