@@ -53,7 +53,7 @@ func (o *clusterOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.etcdInitial, "etcd-initial-cluster", "", "`NAME=URL,...`: every etcd member's peer URL, for the cluster's first start")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "etcd lease of the membership and of every user's ownership (whole seconds): a dead member's users move after about this long")
 	fs.DurationVar(&o.fenceMargin, "fence-margin", 4*time.Second, "stop every app-server this long before the lease could expire when it cannot be renewed")
-	fs.BoolVar(&o.fenceHelper, "fence-helper", true, "in a cluster, run `supervisor fence` beside the daemon: it kills the member's app-servers if the daemon is paused or hung past --lease-ttl less --fence-margin")
+	fs.BoolVar(&o.fenceHelper, "fence-helper", true, "in a cluster, run the fence helper (supervisor fence) beside the daemon: it kills the member's app-servers if the daemon is paused or hung past --lease-ttl less --fence-margin")
 }
 
 func (o *clusterOptions) enabled() bool { return o.name != "" }
