@@ -107,7 +107,8 @@ func (r *relayActor) Receive(c *actor.Context) {
 		return // the engine's other events, or a late answer to an earlier relay of the same id
 	}
 	deliver(c.Engine(), r.replyTo, msg, r.log)
-	if _, ok := msg.(messages.RoundEvent); ok && r.round != nil {
+	switch msg.(type) {
+	case messages.RoundEvent, messages.LoginChallenge: // more follows: the verdict, the login's end
 		return
 	}
 	r.finish(c)
@@ -123,13 +124,18 @@ func (r *relayActor) start(c *actor.Context) {
 	// is heard on the event stream, before its lease expires.
 	c.Engine().Subscribe(c.PID())
 	c.Engine().SendWithSender(r.to, env, c.PID())
-	self, e, round := c.PID(), c.Engine(), r.round != nil
+	self, e := c.PID(), c.Engine()
+	wait := relayRequestTimeout
+	if _, ok := r.msg.(messages.StartLogin); ok {
+		wait += r.cfg.LoginGrant // a device-code login waits for its approval
+	}
+	round := r.round != nil
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		var timeout <-chan time.Time
 		if !round { // a round has the owner's stall deadline; a request has this
-			t := time.NewTimer(relayRequestTimeout)
+			t := time.NewTimer(wait)
 			defer t.Stop()
 			timeout = t.C
 		}

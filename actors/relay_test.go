@@ -129,6 +129,15 @@ func TestRelayedRound(t *testing.T) {
 	if got := pa.seenHops(); len(got) == 0 || got[0] != 0 {
 		t.Fatalf("the first member saw hops %v, want 0", got)
 	}
+	// A request that is not a round: its one answer comes back.
+	env, err = messages.Encode(messages.AccountRequest{User: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ce.SendWithSender(actor.NewPID(ea.Address(), roota.ID), env, c.pid)
+	if a := waitMsg[messages.AccountResponse](t, c, 30*time.Second); a.User != "alice" || a.Error != "" {
+		t.Fatalf("relayed account answer %+v", a)
+	}
 }
 
 // TestRelayOwnerLeaves: when the owner leaves the cluster mid-round, the
