@@ -42,14 +42,14 @@ func memberIDs(n int) []string {
 	return ids
 }
 
-// TestRendezvousDistribution: 100 members, 100k users (1M in
+// TestRendezvousDistribution: 100 members, 50k users (1M in
 // BenchmarkRendezvousMillion): the busiest member carries at
 // most 1.1× the mean, and a join or a leave moves exactly the keys it
 // must (no others).
 func TestRendezvousDistribution(t *testing.T) {
-	users := 100_000
+	users := 50_000
 	if testing.Short() {
-		users = 20_000
+		users = 10_000
 	}
 	members := memberIDs(100)
 	load := distribution(users, members)
