@@ -83,6 +83,11 @@ type Config struct {
 	// sandboxes); nil starts them all as the daemon's user with its view of
 	// the files, as the fakes of the tests need. serve always sets it.
 	Isolation *isolate.Node
+	// Placement, when set, makes the daemon one member of a cluster
+	// (package cluster): the root asks it where each user's messages go
+	// and relays those owned elsewhere (relay.go). Nil: this daemon serves
+	// every user.
+	Placement Placement
 	// Logger receives everything (slog.Default when nil).
 	Logger *slog.Logger
 	// Metrics receives the counters (unregistered ones when nil).
@@ -91,6 +96,24 @@ type Config struct {
 	live   *liveSet      // the node's live app-servers, for the MaxLive cap
 	rounds *gate         // rounds admitted and not yet given a verdict
 	sample *edge.Sampler // log lines about rejected input: 10 per reason per minute
+}
+
+// Placement says which cluster member serves a user. cluster.Node
+// implements it; every method is safe for concurrent use and Owner is
+// bounded (a local owner answers from memory, anything else in at most one
+// etcd round trip under a deadline).
+type Placement interface {
+	// Owner says where user's messages go: local when this member serves
+	// the user now (claiming it if needed), else addr is the remote address
+	// of the member to forward to. hops is how often the message was
+	// forwarded already. An error means "not now" (fenced, ownership
+	// moving): the message is refused as retryable.
+	Owner(user string, hops int) (local bool, addr string, err error)
+	// Watch returns a channel closed when the member at addr leaves the
+	// cluster (dies, is fenced or stops).
+	Watch(addr string) <-chan struct{}
+	// Release gives up a user whose actors (and app-server) stopped.
+	Release(user string)
 }
 
 func (c *Config) setDefaults() error {

@@ -18,14 +18,27 @@ import (
 // process group are ended too (see sweepStrays). It returns how many
 // processes were ended.
 func ReapOrphans(homes string, grace time.Duration, log *slog.Logger) int {
+	return ReapMemberOrphans(homes, grace, "", log)
+}
+
+// ReapMemberOrphans is ReapOrphans for one member of a cluster sharing
+// homes (member "" is ReapOrphans): only the records that member wrote are
+// acted on (procs.ReapMemberRecord), and the stray sweep is skipped, as
+// the other members' app-servers live under the same homes, possibly on
+// this machine. What another member left is reaped by the user's next
+// owner before it starts an app-server.
+func ReapMemberOrphans(homes string, grace time.Duration, member string, log *slog.Logger) int {
 	records, err := filepath.Glob(filepath.Join(homes, "*", "meshweaver", ProcRecordName))
 	if err != nil {
 		log.Error("looking for leftover app-servers", "err", err)
 		return 0
 	}
-	n := sweepStrays(homes, log)
+	n := 0
+	if member == "" {
+		n = sweepStrays(homes, log)
+	}
 	for _, rec := range records {
-		reaped, err := procs.ReapRecord(rec, grace)
+		reaped, err := procs.ReapMemberRecord(rec, grace, member)
 		switch {
 		case err != nil:
 			log.Warn("reaping a leftover app-server", "record", rec, "err", err)

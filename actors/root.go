@@ -29,6 +29,7 @@ type rootActor struct {
 	log      *slog.Logger
 	draining bool
 	users    map[string]*userEntry // live user actors, by user id
+	relays   uint64                // relay actors spawned (their ids)
 }
 
 // userEntry is one live user actor as the root sees it.
@@ -90,6 +91,9 @@ func (r *rootActor) Receive(c *actor.Context) {
 		return
 	case userGone:
 		r.gone(c, m)
+		return
+	case Fence:
+		r.fence(c)
 		return
 	}
 	msg, err := messages.Unwrap(c.Message())
@@ -199,7 +203,11 @@ func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 		r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusUnavailable)).Inc()
 		return
 	}
+	if !r.place(c, m.User, m, replyTo) {
+		return
+	}
 	if err := r.ensureUser(c, m.User); err != nil {
+		r.unclaim(m.User)
 		status := messages.StatusRejected
 		if errors.Is(err, errUserCap) {
 			status = messages.StatusUnavailable
@@ -231,7 +239,11 @@ func (r *rootActor) toUser(c *actor.Context, userID string, msg any, verr error)
 		r.reject(c, verr)
 		return
 	}
+	if !r.place(c, userID, msg, c.Sender()) {
+		return
+	}
 	if err := r.ensureUser(c, userID); err != nil {
+		r.unclaim(userID)
 		r.reject(c, err)
 		return
 	}
@@ -243,7 +255,11 @@ func (r *rootActor) forward(c *actor.Context, userID string, msg any) {
 		r.reject(c, err)
 		return
 	}
+	if !r.place(c, userID, msg, c.Sender()) {
+		return
+	}
 	if r.users[userID] == nil {
+		r.unclaim(userID)
 		deliver(c.Engine(), c.Sender(), messages.RoundControlled{Error: "no running round for that user"}, r.log)
 		return
 	}
@@ -314,6 +330,11 @@ func (r *rootActor) gone(c *actor.Context, m userGone) {
 	}
 	delete(r.users, m.user)
 	if len(u.pending) == 0 {
+		r.unclaim(m.user)
+		return
+	}
+	if !r.draining && !r.ownedHere(m.user) {
+		r.failPending(c, u.pending, "the user's ownership moved while its messages waited; send them again")
 		return
 	}
 	if r.draining {

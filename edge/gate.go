@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,11 @@ type Config struct {
 	// Self is the daemon's own address; Root its one public actor.
 	Self string
 	Root *actor.PID
+	// Relays, when set, is the id prefix of the daemon's relay actors (a
+	// cluster member's, actors/relay.go): they may be addressed too, with
+	// answers only (IsReply), by an identity granted the cluster kind for
+	// every user ("*").
+	Relays string
 	// Policy authorizes identities; nil allows every peer everything.
 	Policy *Policy
 	// PeerRate and PeerBurst limit each peer's messages (defaults 20/s, 40);
@@ -158,6 +164,9 @@ func (g *Gate) Check(in Input) (any, bool) {
 		g.refuse(in, key, ReasonInternal, nil, fmt.Errorf("sender %q is on the daemon's own address", in.Sender.ID))
 		return nil, false
 	}
+	if g.cfg.Relays != "" && in.Target != nil && in.Target.Address == g.cfg.Self && strings.HasPrefix(in.Target.ID, g.cfg.Relays) {
+		return g.checkRelayReply(in, key)
+	}
 	if in.Target == nil || in.Target.Address != g.cfg.Self || in.Target.ID != g.cfg.Root.ID {
 		g.refuse(in, key, ReasonTarget, in.Msg, fmt.Errorf("only %s may be addressed from outside the daemon", g.cfg.Root.ID))
 		return nil, false
@@ -195,6 +204,33 @@ func (g *Gate) Check(in Input) (any, bool) {
 	}
 	if !g.cfg.Policy.Allows(in.Identity, user, kind) {
 		g.refuse(in, key, ReasonUnauthorized, msg, fmt.Errorf("identity %q may not send %s for user %q", in.Identity, kind, user))
+		return nil, false
+	}
+	return msg, true
+}
+
+// checkRelayReply decides a message to one of the daemon's relays: an
+// owner's answer, which has no sender to answer and gets none.
+func (g *Gate) checkRelayReply(in Input, key string) (any, bool) {
+	if !g.peers.allowMsg(key, g.cfg.Now()) {
+		g.refuse(in, key, ReasonRate, nil, fmt.Errorf("rate limited: %g messages/s per peer (burst %d)", g.cfg.PeerRate, g.cfg.PeerBurst))
+		return nil, false
+	}
+	msg, err := messages.Unwrap(in.Msg)
+	if err != nil {
+		reason := ReasonMalformed
+		if errors.Is(err, messages.ErrUnknownType) {
+			reason = ReasonUnknown
+		}
+		g.refuse(in, key, reason, nil, err)
+		return nil, false
+	}
+	if !IsReply(msg) {
+		g.refuse(in, key, ReasonTarget, nil, fmt.Errorf("a relay takes answers only, not %T", msg))
+		return nil, false
+	}
+	if !g.cfg.Policy.Allows(in.Identity, "*", KindCluster) {
+		g.refuse(in, key, ReasonUnauthorized, nil, fmt.Errorf("identity %q is not a member of the cluster", in.Identity))
 		return nil, false
 	}
 	return msg, true

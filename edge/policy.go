@@ -22,9 +22,12 @@ const (
 	KindControl Kind = "control" // InterruptRound, SteerRound
 	KindLogin   Kind = "login"   // StartLogin, CancelLogin, SetAPIKey, Logout
 	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest
+	// KindCluster: the identity is a member of this daemon's cluster; the
+	// owners of users answer its relays (a grant with users ["*"]).
+	KindCluster Kind = "cluster"
 )
 
-var kinds = []Kind{KindRounds, KindControl, KindLogin, KindAccount}
+var kinds = []Kind{KindRounds, KindControl, KindLogin, KindAccount, KindCluster}
 
 // KindOf is the kind of a decoded command and the user it acts for; ok is
 // false for anything the daemon does not accept from a peer.
@@ -129,7 +132,7 @@ func ParsePolicy(b []byte) (*Policy, error) {
 		}
 		for _, k := range g.Kinds {
 			if !validKind(k) {
-				errs = append(errs, fmt.Errorf("%s.kinds: unknown kind %q (kinds: rounds, control, login, account)", where, k))
+				errs = append(errs, fmt.Errorf("%s.kinds: unknown kind %q (kinds: rounds, control, login, account, cluster)", where, k))
 			}
 		}
 	}
@@ -231,6 +234,19 @@ func hasKind(ks []Kind, k Kind) bool {
 		if v == k {
 			return true
 		}
+	}
+	return false
+}
+
+// IsReply reports whether msg is one of the daemon's answers (a round's
+// events and verdict, a refusal, an account or login answer): what an
+// owner sends back to another member's relay.
+func IsReply(msg any) bool {
+	switch msg.(type) {
+	case messages.RoundEvent, messages.RoundFinished, messages.Rejected, messages.RoundControlled,
+		messages.LoginChallenge, messages.LoginFinished, messages.APIKeyStored, messages.LoggedOut,
+		messages.AccountResponse, messages.ModelsResponse, messages.RateLimitsResponse:
+		return true
 	}
 	return false
 }

@@ -191,6 +191,13 @@ type RoundFinished struct {
 	// damaged or unreadable, or the resume was refused, and no transcript
 	// (journal or StartRound.History) was there to seed the thread with.
 	ContextLost bool `msgpack:"context_lost,omitempty"`
+	// Retryable reports that the round did not run to its end for a
+	// reason that sending the same StartRound again may not meet: in a
+	// cluster, the member that owned the user died or was fenced while a
+	// forwarding member relayed the round. The codex thread resumes on the
+	// next round, wherever it runs. Only set with StatusFailed or
+	// StatusUnavailable.
+	Retryable bool `msgpack:"retryable,omitempty"`
 }
 
 // InterruptRound asks the daemon to interrupt the running round of User on

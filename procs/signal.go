@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,7 +52,28 @@ func KillIfSame(ids []ID) {
 // process is removed and yields false and nil. A damaged record is removed
 // and yields an error wrapping store.ErrCorrupt. If signalling fails the
 // record is kept and the error returned.
+//
+// A record that names another kernel (its Boot is set and is not this
+// boot's id: another machine on a shared homes volume, or an earlier boot)
+// is never signalled: its pid means nothing here. It is removed, as the
+// caller is taking the user over.
 func ReapRecord(path string, grace time.Duration) (reaped bool, err error) {
+	return reapRecord(path, grace, nil)
+}
+
+// ReapMemberRecord is ReapRecord for what a daemon finds at its start: in
+// a cluster (member not "") only a record that member wrote is acted on;
+// any other — another member's, possibly live on this very machine, or
+// one without a member — is left alone (false, nil) for the user's owner
+// to reap before it starts an app-server. With member "" it is ReapRecord.
+func ReapMemberRecord(path string, grace time.Duration, member string) (reaped bool, err error) {
+	if member == "" {
+		return ReapRecord(path, grace)
+	}
+	return reapRecord(path, grace, func(rec store.ProcRecord) bool { return rec.Member == member })
+}
+
+func reapRecord(path string, grace time.Duration, mine func(store.ProcRecord) bool) (reaped bool, err error) {
 	rec, err := store.ReadProcRecord(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
@@ -63,6 +85,14 @@ func ReapRecord(path string, grace time.Duration) (reaped bool, err error) {
 			}
 		}
 		return false, err
+	}
+	if mine != nil && !mine(rec) {
+		return false, nil
+	}
+	if rec.Boot != "" {
+		if boot, err := BootID(); err == nil && boot != rec.Boot {
+			return false, removeIfExists(path)
+		}
 	}
 	reaped, err = Reap(ID{PID: rec.PID, Start: rec.StartTime}, grace)
 	if err != nil {
@@ -153,4 +183,21 @@ func removeIfExists(path string) error {
 		return nil
 	}
 	return fmt.Errorf("removing %s: %w", path, err)
+}
+
+// bootIDPath is where the kernel gives its boot id.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// BootID is this kernel's boot id: the same for every process until the
+// machine reboots, different on every other machine.
+func BootID() (string, error) {
+	b, err := os.ReadFile(bootIDPath)
+	if err != nil {
+		return "", fmt.Errorf("reading the boot id: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" || len(id) > 64 {
+		return "", fmt.Errorf("reading the boot id: %q is not one", id)
+	}
+	return id, nil
 }

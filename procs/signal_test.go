@@ -197,3 +197,57 @@ func TestReapRecordNothingToDo(t *testing.T) {
 		}
 	})
 }
+
+// TestReapMemberRecord: on a shared homes volume a daemon starting in a
+// cluster leaves another member's record and its live process alone, and
+// reaps only what its own earlier life left; a record of another kernel
+// (another machine, another boot) is never signalled.
+func TestReapMemberRecord(t *testing.T) {
+	boot, err := BootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := orphanCommand("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rec, path := recordOrphan(t, cmd)
+	rec.Member, rec.Boot = "node-b", boot
+	if err := store.WriteProcRecord(path, rec); err != nil {
+		t.Fatal(err)
+	}
+	if reaped, err := ReapMemberRecord(path, time.Second, "node-a"); reaped || err != nil {
+		t.Fatalf("node-a reaping node-b's record = %v, %v; want false, nil", reaped, err)
+	}
+	if !IsSame(ID{rec.PID, rec.StartTime}) {
+		t.Fatal("node-a's start killed node-b's live process")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("node-b's record is gone: %v", err)
+	}
+
+	// The same pid and start time recorded on another kernel: not this
+	// process, never signalled; the record goes (the caller takes over).
+	other := rec
+	other.Boot = "00000000-0000-0000-0000-000000000000"
+	if err := store.WriteProcRecord(path, other); err != nil {
+		t.Fatal(err)
+	}
+	if reaped, err := ReapRecord(path, time.Second); reaped || err != nil {
+		t.Fatalf("ReapRecord of another kernel's record = %v, %v; want false, nil", reaped, err)
+	}
+	if !IsSame(ID{rec.PID, rec.StartTime}) {
+		t.Fatal("a record of another kernel got a local process killed")
+	}
+	assertGone(t, path)
+
+	// node-b's own start reaps its own leftover.
+	if err := store.WriteProcRecord(path, rec); err != nil {
+		t.Fatal(err)
+	}
+	if reaped, err := ReapMemberRecord(path, 10*time.Second, "node-b"); !reaped || err != nil {
+		t.Fatalf("node-b reaping its own record = %v, %v; want true, nil", reaped, err)
+	}
+	waitSignal(t, cmd, syscall.SIGTERM)
+	assertGone(t, path)
+}

@@ -20,10 +20,25 @@ type ProcRecord struct {
 	// Exe is the program that was started, for the humans reading logs.
 	// It is not compared.
 	Exe string
+	// Member is the cluster member that started it ("" for a daemon that
+	// is not in a cluster), and Boot the boot id of the kernel it runs on
+	// (/proc/sys/kernel/random/boot_id; "" when unknown). On a homes
+	// volume shared by several machines, a pid and start time mean
+	// nothing on another kernel: reaping checks both (procs.ReapRecord).
+	Member string
+	Boot   string
 }
 
-// procHeader is the first line of a process record, version included.
-const procHeader = "meshweaver-proc v1"
+// procHeader is the first line of a process record, version included;
+// v2 adds the member and the boot id, and is written only when one of
+// them is set, so a daemon outside a cluster writes v1 as before.
+const (
+	procHeader   = "meshweaver-proc v1"
+	procHeaderV2 = "meshweaver-proc v2"
+)
+
+// maxIdentityLen bounds ProcRecord.Member and Boot.
+const maxIdentityLen = 128
 
 // maxExeLen bounds ProcRecord.Exe.
 const maxExeLen = 4096
@@ -38,8 +53,11 @@ const maxProcRecord = maxExeLen + 256
 //	start <decimal>
 //	exe <path>
 //
-// each line ending in a newline, nothing else. PID must be above 1,
-// StartTime above 0, and Exe at most 4096 bytes without NUL or newline.
+// each line ending in a newline, nothing else; with a Member or a Boot,
+// "meshweaver-proc v2" and the lines "member <id>" and "boot <id>" before
+// exe. PID must be above 1, StartTime above 0, Exe at most 4096 bytes
+// without NUL or newline, Member and Boot at most 128 bytes without
+// white space or control characters.
 func WriteProcRecord(path string, rec ProcRecord) error {
 	if err := validateProcRecord(rec); err != nil {
 		return fmt.Errorf("writing process record %s: %w", path, err)
@@ -74,10 +92,28 @@ func validateProcRecord(rec ProcRecord) error {
 	case bytes.ContainsAny([]byte(rec.Exe), "\x00\n"):
 		return errors.New("exe contains NUL or a newline")
 	}
+	for _, f := range []struct{ name, v string }{{"member", rec.Member}, {"boot", rec.Boot}} {
+		if len(f.v) > maxIdentityLen {
+			return fmt.Errorf("%s is %d bytes, longer than %d", f.name, len(f.v), maxIdentityLen)
+		}
+		for _, c := range []byte(f.v) {
+			if c <= ' ' || c == 0x7f {
+				return fmt.Errorf("%s contains white space or a control character", f.name)
+			}
+		}
+	}
 	return nil
 }
 
 func formatProcRecord(rec ProcRecord) []byte {
+	if rec.Member != "" || rec.Boot != "" {
+		return formatFields(procHeaderV2,
+			"pid", strconv.Itoa(rec.PID),
+			"start", strconv.FormatUint(rec.StartTime, 10),
+			"member", rec.Member,
+			"boot", rec.Boot,
+			"exe", rec.Exe)
+	}
 	return formatFields(procHeader,
 		"pid", strconv.Itoa(rec.PID),
 		"start", strconv.FormatUint(rec.StartTime, 10),
@@ -85,7 +121,19 @@ func formatProcRecord(rec ProcRecord) []byte {
 }
 
 func parseProcRecord(data []byte) (ProcRecord, error) {
-	v, err := parseFields(data, procHeader, "pid", "start", "exe")
+	var v []string
+	var err error
+	if bytes.HasPrefix(data, []byte(procHeaderV2+"\n")) {
+		v, err = parseFields(data, procHeaderV2, "pid", "start", "member", "boot", "exe")
+		if err == nil {
+			v = []string{v[0], v[1], v[4], v[2], v[3]}
+		}
+	} else {
+		v, err = parseFields(data, procHeader, "pid", "start", "exe")
+		if err == nil {
+			v = append(v, "", "")
+		}
+	}
 	if err != nil {
 		return ProcRecord{}, err
 	}
@@ -97,7 +145,7 @@ func parseProcRecord(data []byte) (ProcRecord, error) {
 	if err != nil {
 		return ProcRecord{}, corruptf("start is not a number")
 	}
-	rec := ProcRecord{PID: pid, StartTime: start, Exe: v[2]}
+	rec := ProcRecord{PID: pid, StartTime: start, Exe: v[2], Member: v[3], Boot: v[4]}
 	if err := validateProcRecord(rec); err != nil {
 		return ProcRecord{}, corruptf("%v", err)
 	}

@@ -62,7 +62,9 @@ func TestProcRecordCorrupt(t *testing.T) {
 		{"huge start", strings.Replace(valid, "start 987654", "start 99999999999999999999999", 1)},
 		{"no exe line", "meshweaver-proc v1\npid 4242\nstart 987654\n"},
 		{"trailing", valid + "x\n"},
-		{"future version", strings.Replace(valid, "v1", "v2", 1)},
+		{"future version", strings.Replace(valid, "v1", "v3", 1)},
+		{"v2 without member", "meshweaver-proc v2\npid 4242\nstart 987654\nboot b\nexe /bin/codex\n"},
+		{"v2 member with a space", "meshweaver-proc v2\npid 4242\nstart 987654\nmember a b\nboot b\nexe /bin/codex\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,5 +75,29 @@ func TestProcRecordCorrupt(t *testing.T) {
 				t.Errorf("ReadProcRecord = %v, want ErrCorrupt naming the path", err)
 			}
 		})
+	}
+}
+
+// TestProcRecordV2 round-trips the member and the boot id, and keeps v1
+// for a record without them.
+func TestProcRecordV2(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appserver.pid")
+	rec := ProcRecord{PID: 4242, StartTime: 987654, Exe: "/bin/codex", Member: "node-2", Boot: "0f6c6a3e-5d3c-4c1e-9d61-2b2f0f3f9a10"}
+	if err := WriteProcRecord(path, rec); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "meshweaver-proc v2\npid 4242\nstart 987654\nmember node-2\nboot 0f6c6a3e-5d3c-4c1e-9d61-2b2f0f3f9a10\nexe /bin/codex\n"; string(data) != want {
+		t.Fatalf("file = %q, want %q", data, want)
+	}
+	got, err := ReadProcRecord(path)
+	if err != nil || got != rec {
+		t.Fatalf("read back %+v, %v; want %+v", got, err, rec)
+	}
+	if err := WriteProcRecord(path, ProcRecord{PID: 7, StartTime: 1, Member: "a\nb"}); err == nil {
+		t.Fatal("a member with a newline was written")
 	}
 }

@@ -64,7 +64,7 @@ func startDaemonEdge(listen string, tlsConf *tls.Config, cfg actors.Config, eo e
 	var engine atomic.Pointer[actor.Engine]
 	log := cfg.Logger
 	gate := edge.New(edge.Config{
-		Self: listen, Root: rootPID(listen), Policy: eo.policy,
+		Self: listen, Root: rootPID(listen), Policy: eo.policy, Relays: relays(cfg),
 		PeerRate: eo.peerRate, PeerBurst: eo.peerBurst, ReplyRate: eo.replyRate, ReplyBurst: eo.replyBurst,
 		Rejected: cfg.Metrics.RemoteRejected, Logger: log,
 		Rounds: cfg.Metrics.Rounds,
@@ -166,4 +166,13 @@ func freeLoopbackAddr() (string, error) {
 	}
 	addr := ln.Addr().String()
 	return addr, ln.Close()
+}
+
+// relays is the edge's relay prefix: a cluster member's relays take the
+// owners' answers (actors/relay.go); a single node has none.
+func relays(cfg actors.Config) string {
+	if cfg.Placement == nil {
+		return ""
+	}
+	return actors.RelayPrefix
 }

@@ -18,14 +18,23 @@ const lockName = ".supervisor.lock"
 // its whole life (the kernel drops it when the process ends, however).
 type homesLock struct{ f *os.File }
 
-// lockHomes takes the exclusive lock on homes (creating the folder and the
+// lockMemberHomes takes the exclusive lock on homes (creating the folder and the
 // lock file if needed) and writes this process's pid into it. A second
 // daemon gets an error naming the holder's pid.
-func lockHomes(homes string) (*homesLock, error) {
+//
+// In a cluster the homes are shared by every member, so the lock is the
+// member's own ({homes}/.supervisor.<member>.lock): it keeps two daemons
+// of one member id apart on one machine. It is not the fence between
+// members — a lock on a network file system is client-local or a lease of
+// its own — etcd is (package cluster).
+func lockMemberHomes(homes, member string) (*homesLock, error) {
 	if err := os.MkdirAll(homes, 0o700); err != nil {
 		return nil, fmt.Errorf("creating --homes: %w", err)
 	}
 	name := filepath.Join(homes, lockName)
+	if member != "" {
+		name = filepath.Join(homes, ".supervisor."+member+".lock")
+	}
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening the homes lock: %w", err)

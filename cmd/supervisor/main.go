@@ -41,6 +41,7 @@ commands:
   models      list the models a user's codex offers
   account     show a user's codex account
   bench       measure the daemon against a direct client of the same codex CLI
+  fence       the out-of-process fence of a cluster member (serve starts it; docs/DEPLOY.md)
   version     print the version, commit, Go version and pinned codex CLI
   help        show a command's flags: supervisor help <command>
 
@@ -102,6 +103,8 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		err = benchCmd(ctx, args[1:], stdout, stderr)
 	case benchFakeCommand: // the bench's fake app-server (hidden)
 		fakeappserver.Main() // never returns
+	case "fence":
+		err = fenceCmd(ctx, args[1:], stdin, stderr)
 	case "version", "--version", "-version":
 		err = versionCmd(args[0], args[1:], stdout, stderr)
 	case "-h", "--help", "help":

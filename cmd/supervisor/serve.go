@@ -22,6 +22,7 @@ import (
 	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
 
@@ -49,6 +50,7 @@ type serveOptions struct {
 	tls            tlsOptions
 	op             operatorOptions
 	isolation      isolationOptions
+	cluster        clusterOptions
 
 	authz            string
 	authzAllowAny    bool
@@ -86,6 +88,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	o.tls.register(fs)
 	o.op.register(fs)
 	o.isolation.register(fs)
+	o.cluster.register(fs)
 	fs.StringVar(&o.authz, "authz", "", "authorization `FILE` (JSON) mapping peer certificate identities to the users and message kinds they may send (docs/SECURITY.md); required with mutual TLS")
 	fs.BoolVar(&o.authzAllowAny, "authz-allow-any", false, "with mutual TLS and no --authz: let every certificate of the CA act for every user (warned at every start)")
 	fs.Float64Var(&o.peerRate, "peer-rate", 20, "messages per second each peer may send (a peer is its identity under TLS, its IP in plaintext)")
@@ -134,6 +137,9 @@ func (o *serveOptions) validate() error {
 		errs = append(errs, err)
 	}
 	if err := o.isolation.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.cluster.validate(o.tls.enabled()); err != nil {
 		errs = append(errs, err)
 	}
 	switch {
@@ -190,18 +196,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// One daemon per homes: a second one would take the first one's
 	// app-servers for orphans. The lock comes before the reaping.
-	lock, err := lockHomes(o.homes)
+	lock, err := lockMemberHomes(o.homes, o.cluster.memberOf())
 	if err != nil {
 		return err
 	}
 	defer lock.release()
 	// A daemon killed outright leaves its app-servers behind: end them
 	// before any new one starts in the same homes.
-	if n := actors.ReapOrphans(o.homes, 2*time.Second, log); n > 0 {
+	if n := actors.ReapMemberOrphans(o.homes, 2*time.Second, o.cluster.memberOf(), log); n > 0 {
 		log.Warn("ended app-servers left by a previous instance", "count", n)
 	}
 	var tlsConf *tls.Config
 	var certs *tlsReloader
+	var clusterServing func(*actor.Engine, *actor.PID)
 	if o.tls.enabled() {
 		if certs, tlsConf, err = newTLSReloader(o.tls); err != nil {
 			return err
@@ -218,6 +225,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reg.MustRegister(bi.gauge())
 	metrics := actors.NewMetrics(reg)
 	presetRejectReasons(metrics)
+	var placement actors.Placement
+	if o.cluster.enabled() { // Membership first: the root asks it about every user.
+		rt, err := startCluster(ctx, &o.cluster, clusterTLS(o.tls), o.listen, stderr, log)
+		if err != nil {
+			return err
+		}
+		defer rt.leave() // after the daemon stopped its app-servers
+		defer func() { rt.serving(nil, nil) }()
+		placement = rt.node
+		clusterServing = rt.serving
+	}
 	d, gate, err := startDaemonEdge(o.listen, tlsConf, actors.Config{
 		Homes: o.homes, Workspace: o.workspace, CodexBin: bin,
 		Overrides: append(overrides, o.overrides...), CodexEnv: o.codexEnv,
@@ -225,13 +243,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit,
 		IdleTimeout: o.idleTimeout, MaxLive: o.maxLive, StallTimeout: o.stallTimeout,
 		LoginGrant: o.loginGrant, MaxUsers: o.maxUsers, UserIdle: o.userIdle,
-		Isolation: iso, Logger: log, Metrics: metrics,
+		Isolation: iso, Logger: log, Metrics: metrics, Placement: placement,
 	}, edgeOptions{
 		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
 		limits: remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
 	})
 	if err != nil {
 		return err
+	}
+	if clusterServing != nil {
+		clusterServing(d.engine, d.root)
 	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "supervisor_remote_peers", Help: "Peers whose rate limiters the edge keeps (bounded; idle ones are dropped first).",

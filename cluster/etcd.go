@@ -1,0 +1,123 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// TLSFiles are the node's mutual-TLS files; etcd traffic (client and
+// peer) uses the same certificate the hollywood remote does.
+type TLSFiles struct {
+	Cert, Key, CA string
+}
+
+// Enabled reports whether the files are set.
+func (f TLSFiles) Enabled() bool { return f.Cert != "" }
+
+// EmbedConfig describes an etcd member run inside the daemon.
+type EmbedConfig struct {
+	Name    string // the etcd member's name (in InitialCluster)
+	Dir     string // its data folder: local disk, never the shared homes volume
+	Peer    string // URL the peers reach it on, e.g. http://10.0.0.1:2380
+	Client  string // URL the clients reach it on, e.g. http://10.0.0.1:2379
+	Initial string // name=peerURL,… of every member of a new cluster
+	Token   string // the initial cluster token (the cluster name)
+	TLS     TLSFiles
+	Logger  *zap.Logger // nil: errors only, to stderr
+}
+
+// StartEmbedded starts an etcd member in this process and waits until it
+// serves (or the member is up in a cluster still without quorum: it then
+// serves once enough peers are up, and the caller's first call waits).
+// A data folder that exists already rejoins the cluster it records.
+func StartEmbedded(ctx context.Context, c EmbedConfig) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = c.Name
+	cfg.Dir = c.Dir
+	peer, err := url.Parse(c.Peer)
+	if err != nil {
+		return nil, fmt.Errorf("etcd peer URL %q: %w", c.Peer, err)
+	}
+	client, err := url.Parse(c.Client)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client URL %q: %w", c.Client, err)
+	}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.InitialCluster = c.Initial
+	cfg.InitialClusterToken = c.Token
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	// A leader heartbeat every 200ms and elections after 2s of silence
+	// (etcd's defaults are 100ms and 1s): a daemon's machine also runs the
+	// users' app-servers, and a loaded one must not flap its leader.
+	cfg.TickMs, cfg.ElectionMs = 200, 2000
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = "1h"
+	if c.TLS.Enabled() {
+		info := transport.TLSInfo{CertFile: c.TLS.Cert, KeyFile: c.TLS.Key, TrustedCAFile: c.TLS.CA, ClientCertAuth: true}
+		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
+	}
+	log := c.Logger
+	if log == nil {
+		zc := zap.NewProductionConfig()
+		zc.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
+		zc.OutputPaths, zc.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}
+		if log, err = zc.Build(); err != nil {
+			return nil, err
+		}
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(log)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("starting the embedded etcd member %q: %w", c.Name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-e.Server.StopNotify():
+		e.Close()
+		return nil, fmt.Errorf("the embedded etcd member %q stopped while starting", c.Name)
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd member %q: %w", c.Name, err)
+	case <-ctx.Done():
+		e.Close()
+		return nil, ctx.Err()
+	}
+	return e, nil
+}
+
+// NewClient connects to etcd at endpoints (comma-separated URLs), with the
+// node's certificate when tlsFiles is set.
+func NewClient(endpoints string, tlsFiles TLSFiles) (*clientv3.Client, error) {
+	eps := strings.Split(endpoints, ",")
+	if endpoints == "" || len(eps) == 0 {
+		return nil, errors.New("no etcd endpoints")
+	}
+	var tc *tls.Config
+	if tlsFiles.Enabled() {
+		var err error
+		tc, err = transport.TLSInfo{CertFile: tlsFiles.Cert, KeyFile: tlsFiles.Key, TrustedCAFile: tlsFiles.CA}.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("etcd client TLS: %w", err)
+		}
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints: eps, TLS: tc, DialTimeout: 5 * time.Second,
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to etcd %s: %w", endpoints, err)
+	}
+	return c, nil
+}

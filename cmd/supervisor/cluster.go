@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/cluster"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+)
+
+// clusterOptions are serve's cluster settings (docs/DEPLOY.md). Without
+// --cluster the daemon serves every user itself and touches no etcd.
+type clusterOptions struct {
+	name         string
+	member       string
+	endpoints    string
+	etcdName     string
+	etcdDir      string
+	etcdPeer     string
+	etcdClient   string
+	etcdInitial  string
+	leaseTTL     time.Duration
+	fenceMargin  time.Duration
+	fenceHelper  bool
+	fenceHelperF string // the fence helper's executable (tests; default: this one)
+}
+
+func (o *clusterOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.name, "cluster", "", "`NAME` of the cluster this daemon is a member of (empty: a single node, no etcd); every member shares --homes")
+	fs.StringVar(&o.member, "member", "", "this member's `ID`, unique in the cluster and the same across restarts (default: --etcd-name)")
+	fs.StringVar(&o.endpoints, "etcd-endpoints", "", "etcd client `URLS` (comma-separated); default with an embedded member: its --etcd-client-listen")
+	fs.StringVar(&o.etcdName, "etcd-name", "", "run an embedded etcd member of this `NAME` (one of --etcd-initial-cluster)")
+	fs.StringVar(&o.etcdDir, "etcd-dir", "", "`DIR` of the embedded etcd member's data: a local disk, never the shared homes")
+	fs.StringVar(&o.etcdPeer, "etcd-peer-listen", "", "`URL` the embedded etcd member's peers reach it on (https with --tls-cert)")
+	fs.StringVar(&o.etcdClient, "etcd-client-listen", "", "`URL` the embedded etcd member serves clients on (https with --tls-cert)")
+	fs.StringVar(&o.etcdInitial, "etcd-initial-cluster", "", "`NAME=URL,...`: every etcd member's peer URL, for the cluster's first start")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "etcd lease of the membership and of every user's ownership (whole seconds): a dead member's users move after about this long")
+	fs.DurationVar(&o.fenceMargin, "fence-margin", 4*time.Second, "stop every app-server this long before the lease could expire when it cannot be renewed")
+	fs.BoolVar(&o.fenceHelper, "fence-helper", true, "in a cluster, run the fence helper (supervisor fence) beside the daemon: it kills the member's app-servers if the daemon is paused or hung past --lease-ttl less --fence-margin")
+}
+
+func (o *clusterOptions) enabled() bool { return o.name != "" }
+
+func (o *clusterOptions) embedded() bool { return o.etcdName != "" }
+
+var clusterID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+func (o *clusterOptions) validate(tlsOn bool) error {
+	if !o.enabled() {
+		if o.member != "" || o.endpoints != "" || o.embedded() {
+			return errors.New("--member, --etcd-endpoints and --etcd-name need --cluster")
+		}
+		return nil
+	}
+	if o.member == "" {
+		o.member = o.etcdName
+	}
+	var errs []error
+	if !clusterID.MatchString(o.name) {
+		errs = append(errs, fmt.Errorf("--cluster %q: letters, digits, '.', '_' and '-', at most 64", o.name))
+	}
+	if !clusterID.MatchString(o.member) {
+		errs = append(errs, fmt.Errorf("--member %q: letters, digits, '.', '_' and '-', at most 64 (required with --cluster)", o.member))
+	}
+	if o.embedded() {
+		if o.etcdDir == "" || o.etcdPeer == "" || o.etcdClient == "" || o.etcdInitial == "" {
+			errs = append(errs, errors.New("--etcd-name needs --etcd-dir, --etcd-peer-listen, --etcd-client-listen and --etcd-initial-cluster"))
+		}
+		for _, u := range []string{o.etcdPeer, o.etcdClient} {
+			if u == "" {
+				continue
+			}
+			p, err := url.Parse(u)
+			switch {
+			case err != nil || p.Host == "":
+				errs = append(errs, fmt.Errorf("etcd URL %q is not a URL", u))
+			case tlsOn && p.Scheme != "https":
+				errs = append(errs, fmt.Errorf("etcd URL %q: with --tls-cert etcd speaks mutual TLS, so https", u))
+			case !tlsOn && p.Scheme != "http":
+				errs = append(errs, fmt.Errorf("etcd URL %q: without TLS, http", u))
+			}
+		}
+	} else if o.endpoints == "" {
+		errs = append(errs, errors.New("--cluster needs --etcd-endpoints or an embedded member (--etcd-name)"))
+	}
+	if o.leaseTTL < 2*time.Second || o.leaseTTL%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("--lease-ttl %v: whole seconds, at least 2s", o.leaseTTL))
+	}
+	if o.fenceMargin <= 0 || o.fenceMargin >= o.leaseTTL {
+		errs = append(errs, fmt.Errorf("--fence-margin %v must be positive and below --lease-ttl %v", o.fenceMargin, o.leaseTTL))
+	}
+	return errors.Join(errs...)
+}
+
+// clusterRuntime is a member's cluster machinery, started before the
+// daemon and stopped after it.
+type clusterRuntime struct {
+	node   *cluster.Node
+	client *clientv3.Client
+	etcd   *embed.Etcd
+	fence  *fenceHelper
+	root   atomic.Pointer[fenceTarget]
+	log    *slog.Logger
+}
+
+// fenceTarget is where the node's fence goes once the daemon runs.
+type fenceTarget struct {
+	engine *actor.Engine
+	root   *actor.PID
+}
+
+// startCluster starts the embedded etcd member (if any), connects, starts
+// the out-of-process fence and joins the cluster as the member at addr.
+func startCluster(ctx context.Context, o *clusterOptions, tlsFiles cluster.TLSFiles, addr string, stderr io.Writer, log *slog.Logger) (*clusterRuntime, error) {
+	rt := &clusterRuntime{log: log}
+	ok := false
+	defer func() {
+		if !ok {
+			rt.close()
+		}
+	}()
+	endpoints := o.endpoints
+	if o.embedded() {
+		e, err := cluster.StartEmbedded(ctx, cluster.EmbedConfig{
+			Name: o.etcdName, Dir: o.etcdDir, Peer: o.etcdPeer, Client: o.etcdClient,
+			Initial: o.etcdInitial, Token: o.name, TLS: tlsFiles,
+		})
+		if err != nil {
+			return nil, err
+		}
+		rt.etcd = e
+		if endpoints == "" {
+			endpoints = o.etcdClient
+		}
+		log.Info("embedded etcd member serving", "name", o.etcdName, "client", o.etcdClient, "peer", o.etcdPeer)
+	}
+	c, err := cluster.NewClient(endpoints, tlsFiles)
+	if err != nil {
+		return nil, err
+	}
+	rt.client = c
+	if o.fenceHelper {
+		if rt.fence, err = startFenceHelper(o.fenceHelperF, o.member, stderr); err != nil {
+			return nil, err
+		}
+	}
+	// Joining waits for etcd's quorum: the other members may start later.
+	jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	rt.node, err = cluster.Join(jctx, cluster.Config{
+		Client: c, Cluster: o.name, Member: o.member, Addr: addr,
+		TTL: o.leaseTTL, Margin: o.fenceMargin, Logger: log,
+		OnFence: func() {
+			if t := rt.root.Load(); t != nil {
+				t.engine.Send(t.root, actors.Fence{})
+			}
+		},
+		OnDeadline: func(at time.Time) {
+			if rt.fence != nil {
+				rt.fence.deadline(at)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	return rt, nil
+}
+
+// serving points the node's fence at the daemon's root (nil: at nothing,
+// the daemon is stopping).
+func (rt *clusterRuntime) serving(e *actor.Engine, root *actor.PID) {
+	if e == nil {
+		rt.root.Store(nil)
+		return
+	}
+	rt.root.Store(&fenceTarget{engine: e, root: root})
+}
+
+// leave ends the membership after the daemon stopped its app-servers:
+// the lease is revoked, so the other members take the users over at once.
+func (rt *clusterRuntime) leave() {
+	if rt.node != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := rt.node.Leave(ctx); err != nil {
+			rt.log.Warn("leaving the cluster (the lease expires instead)", "err", err)
+		}
+		cancel()
+		rt.node = nil
+	}
+	rt.close()
+}
+
+func (rt *clusterRuntime) close() {
+	if rt.node != nil {
+		rt.node.Close()
+	}
+	if rt.client != nil {
+		rt.client.Close()
+	}
+	if rt.etcd != nil {
+		rt.etcd.Close()
+	}
+	if rt.fence != nil {
+		rt.fence.stop()
+	}
+}
+
+// fenceHelper is the `supervisor fence` process beside a member's daemon:
+// the daemon writes it each new fence time; it kills the daemon's
+// app-servers when one passes (fence.go).
+type fenceHelper struct {
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	mu   sync.Mutex
+	done chan struct{}
+}
+
+func startFenceHelper(exe, member string, stderr io.Writer) (*fenceHelper, error) {
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("finding this executable for the fence helper: %w", err)
+		}
+	}
+	cmd := exec.Command(exe, "fence", "--daemon-pid", fmt.Sprint(os.Getpid()), "--member", member)
+	// Its own group: a signal to the daemon's group (a terminal's ^Z,
+	// SIGSTOP to the group) does not pause the fence.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the fence helper: %w", err)
+	}
+	h := &fenceHelper{cmd: cmd, in: in, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(h.done) }()
+	return h, nil
+}
+
+// deadline tells the helper the new fence time, as the time left.
+func (h *fenceHelper) deadline(at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, _ = fmt.Fprintf(h.in, "%d\n", time.Until(at).Milliseconds())
+}
+
+// stop closes the helper's input (it exits, killing nothing that is
+// gone already) and waits for it.
+func (h *fenceHelper) stop() {
+	h.mu.Lock()
+	_ = h.in.Close()
+	h.mu.Unlock()
+	select {
+	case <-h.done:
+	case <-time.After(5 * time.Second):
+		_ = h.cmd.Process.Kill()
+		<-h.done
+	}
+}
+
+// clusterTLS is the node's mTLS files for etcd.
+func clusterTLS(t tlsOptions) cluster.TLSFiles {
+	if !t.enabled() {
+		return cluster.TLSFiles{}
+	}
+	return cluster.TLSFiles{Cert: t.cert, Key: t.key, CA: t.ca}
+}
+
+// memberOf is the member id of a clustered daemon, "" otherwise.
+func (o *clusterOptions) memberOf() string {
+	if !o.enabled() {
+		return ""
+	}
+	return strings.TrimSpace(o.member)
+}

@@ -1,0 +1,563 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/cluster"
+	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/testkit/codexhome"
+	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/testkit/proctest"
+)
+
+// flagClusterLong runs the long multi-process cluster suite: SIGSTOP of a
+// member, rejoin, graceful leave, 100 racing users and quorum loss. The
+// default run keeps to TestClusterFailover (routing from every member and
+// a SIGKILL of an owner mid-stream).
+var flagClusterLong = flag.Bool("cluster.long", false, "run the long multi-process cluster suite (SIGSTOP, rejoin, leave, 100 racing users, quorum loss)")
+
+// Lease settings of the test clusters: short, so failovers are quick.
+const (
+	testLeaseTTL    = 5 * time.Second
+	testFenceMargin = 2 * time.Second
+)
+
+// testCluster is n `supervisor serve` processes, each with an embedded
+// etcd member, on loopback, sharing one homes folder, the real codex CLI
+// and one mock model; and a checker that scans /proc every 20 ms and fails
+// the test if any home ever has two app-servers.
+type testCluster struct {
+	t                      *testing.T
+	exe, bin               string
+	root, homes, workspace string
+	model                  *mockmodel.Server
+	members                []*clusterMember
+	etcd                   *clientv3.Client
+	stopCheck              chan struct{}
+	checkDone              chan struct{}
+	mu                     sync.Mutex
+	violations             []string
+	extra                  []string // more serve flags
+}
+
+type clusterMember struct {
+	id, addr, peer, client, dir string
+	srv                         *opsServe
+}
+
+func newTestCluster(t *testing.T, n int, extra ...string) *testCluster {
+	t.Helper()
+	root := t.TempDir()
+	tc := &testCluster{t: t, bin: codexBin(t), root: root, exe: opsBuild(t, root),
+		homes: filepath.Join(root, "homes"), workspace: filepath.Join(root, "workspace"), extra: extra}
+	if err := os.MkdirAll(tc.workspace, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	model, err := mockmodel.Start(mockmodel.Options{Responder: func(req *mockmodel.Request) mockmodel.Script {
+		if strings.Contains(req.LastUserText(), "hang") { // a round the test kills mid-stream
+			return mockmodel.Text("Thinking ").Hang()
+		}
+		return mockmodel.DemoResponder(req)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.model = model
+	t.Cleanup(model.Close)
+	var initial, clients []string
+	for i := range n {
+		m := &clusterMember{id: fmt.Sprintf("m%d", i), dir: filepath.Join(root, fmt.Sprintf("etcd-%d", i))}
+		m.addr = mustFreeAddr(t)
+		m.peer = "http://" + mustFreeAddr(t)
+		m.client = "http://" + mustFreeAddr(t)
+		initial = append(initial, m.id+"="+m.peer)
+		clients = append(clients, m.client)
+		tc.members = append(tc.members, m)
+	}
+	// Last cleanups run first: the processes end, then no app-server may
+	// be left, then the checker's verdict.
+	t.Cleanup(tc.finishCheck)
+	t.Cleanup(func() { waitNoCodex(t, tc.bin, root) })
+	for i := range tc.members {
+		tc.start(i, strings.Join(initial, ","), strings.Join(clients, ","))
+	}
+	for i := range tc.members {
+		tc.members[i].srv.waitMsg("supervisor serving")
+	}
+	c, err := cluster.NewClient(strings.Join(clients, ","), cluster.TLSFiles{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.etcd = c
+	t.Cleanup(func() { c.Close() })
+	tc.startCheck()
+	return tc
+}
+
+func mustFreeAddr(t *testing.T) string {
+	t.Helper()
+	a, err := freeLoopbackAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// start runs member i's serve process.
+func (tc *testCluster) start(i int, initial, clients string) {
+	m := tc.members[i]
+	args := []string{"serve", "--listen", m.addr, "--homes", tc.homes, "--workspace", tc.workspace, "--codex", tc.bin,
+		"--log-format", "json", "--stop-timeout", "20s", "--metrics-listen", "127.0.0.1:0",
+		"--cluster", "c1", "--member", m.id, "--etcd-name", m.id, "--etcd-dir", m.dir,
+		"--etcd-peer-listen", m.peer, "--etcd-client-listen", m.client, "--etcd-initial-cluster", initial,
+		"--etcd-endpoints", clients,
+		"--lease-ttl", testLeaseTTL.String(), "--fence-margin", testFenceMargin.String()}
+	args = append(args, servable(tc.t, tc.root, tc.workspace)...)
+	for _, kv := range codexhome.Overrides(tc.model.URL()) {
+		args = append(args, "--codex-override", kv)
+	}
+	args = append(args, tc.extra...)
+	m.srv = opsStartServe(tc.t, tc.exe, args...)
+}
+
+// restart starts member i again on its etcd data (a rejoin).
+func (tc *testCluster) restart(i int) {
+	var initial, clients []string
+	for _, m := range tc.members {
+		initial = append(initial, m.id+"="+m.peer)
+		clients = append(clients, m.client)
+	}
+	tc.start(i, strings.Join(initial, ","), strings.Join(clients, ","))
+}
+
+// appServerGroups maps each home to its app-servers: the processes whose
+// command line runs "app-server" and whose parent's does not (under
+// isolation that is the bubblewrap the daemon started; the CLI's own
+// helpers and threads below it are not counted again).
+func (tc *testCluster) appServerGroups() map[string][]int {
+	out := map[string][]int{}
+	for _, p := range proctest.List(proctest.NotSelf, proctest.UnderHome(tc.homes)) {
+		if !strings.Contains(p.Cmdline(), " app-server") {
+			continue
+		}
+		if parent, ok := proctest.Read(p.PPID); ok && strings.Contains(parent.Cmdline(), " app-server") {
+			continue
+		}
+		out[p.Home()] = append(out[p.Home()], p.PID)
+	}
+	return out
+}
+
+// startCheck scans /proc every 20 ms for a home with two app-servers.
+func (tc *testCluster) startCheck() {
+	tc.stopCheck, tc.checkDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(tc.checkDone)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tc.stopCheck:
+				return
+			case <-tick.C:
+			}
+			for home, groups := range tc.appServerGroups() {
+				if len(groups) > 1 {
+					var desc []string
+					for _, g := range groups {
+						desc = append(desc, proctest.Describe(g))
+					}
+					tc.mu.Lock()
+					tc.violations = append(tc.violations, fmt.Sprintf("%s: %d app-servers at %s: %s",
+						home, len(groups), time.Now().Format("15:04:05.000"), strings.Join(desc, "; ")))
+					tc.mu.Unlock()
+				}
+			}
+		}
+	}()
+}
+
+func (tc *testCluster) finishCheck() {
+	if tc.stopCheck == nil {
+		return
+	}
+	close(tc.stopCheck)
+	<-tc.checkDone
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if len(tc.violations) > 0 {
+		tc.t.Errorf("a home had two app-servers at once (%d scans):\n%s", len(tc.violations), strings.Join(tc.violations[:min(10, len(tc.violations))], "\n"))
+	}
+}
+
+// dial connects a Go client to member i.
+func (tc *testCluster) dial(i int) *client.Client {
+	tc.t.Helper()
+	ctx, cancel := context.WithTimeout(tc.t.Context(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, tc.members[i].addr)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// ownerOf is the member index that owns user in etcd, -1 for none.
+func (tc *testCluster) ownerOf(user string) int {
+	tc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := tc.etcd.Get(ctx, "/meshweaver/c1/owners/"+user)
+	if err != nil {
+		tc.t.Fatalf("reading the owner of %s: %v", user, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return -1
+	}
+	for i, m := range tc.members {
+		if m.id == string(resp.Kvs[0].Value) {
+			return i
+		}
+	}
+	tc.t.Fatalf("owner %q is not a member", resp.Kvs[0].Value)
+	return -1
+}
+
+// roundOnce sends one round through c and returns its text and verdict.
+func roundOnce(ctx context.Context, c *client.Client, req messages.StartRound) (string, messages.RoundFinished, error) {
+	r, err := c.Round(ctx, req)
+	if err != nil {
+		return "", messages.RoundFinished{}, err
+	}
+	var text strings.Builder
+	for e := range r.Events() {
+		if e.Kind == messages.KindText {
+			text.WriteString(e.Text)
+		}
+	}
+	v, err := r.Wait()
+	return text.String(), v, err
+}
+
+// roundRetrying sends the round until its verdict is not retryable, for at
+// most within, as a caller following the Retryable contract does.
+func roundRetrying(t *testing.T, c *client.Client, req messages.StartRound, within time.Duration) (string, messages.RoundFinished, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), within)
+	defer cancel()
+	tries := 0
+	for {
+		tries++
+		text, v, err := roundOnce(ctx, c, req)
+		if err != nil {
+			t.Fatalf("round %s for %s: %v (try %d)", req.Thread, req.User, err, tries)
+		}
+		if !v.Retryable {
+			return text, v, tries
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("round for %s still retryable after %v (%d tries): %+v", req.User, within, tries, v)
+		case <-time.After(200 * time.Millisecond): // a caller's retry pause
+		}
+	}
+}
+
+// TestClusterFailover: three members with embedded etcd share one homes
+// folder. A round for a user is answered through every member (two of
+// them relay to the owner). The owner is SIGKILLed while a relayed round
+// streams: the caller gets a failed verdict marked retryable within about
+// the lease TTL, and the retried round resumes the same codex thread on a
+// survivor, with the history the model sees. No home ever has two
+// app-servers.
+func TestClusterFailover(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	clients := []*client.Client{tc.dial(0), tc.dial(1), tc.dial(2)}
+	const user = "alice"
+
+	// Routing from every member: the same user, the same codex thread.
+	var thread string
+	for i, c := range clients {
+		text, v, _ := roundRetrying(t, c, messages.StartRound{User: user, Thread: "t1", Text: fmt.Sprintf("message %d", i)}, time.Minute)
+		if v.Status != messages.StatusCompleted || !strings.Contains(text, fmt.Sprintf("message %d", i)) {
+			t.Fatalf("round via member %d: %q, %+v", i, text, v)
+		}
+		if thread == "" {
+			thread = v.CodexThreadID
+		} else if v.CodexThreadID != thread || !v.Resumed {
+			t.Fatalf("round via member %d ran on codex thread %s (resumed %v), want %s resumed", i, v.CodexThreadID, v.Resumed, thread)
+		}
+	}
+	owner := tc.ownerOf(user)
+	if owner < 0 {
+		t.Fatal("alice has no owner in etcd")
+	}
+	via := (owner + 1) % 3
+	t.Logf("alice is owned by %s; the mid-stream round goes through %s", tc.members[owner].id, tc.members[via].id)
+
+	// A relayed round streams; its owner is SIGKILLed.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	r, err := clients[via].Round(ctx, messages.StartRound{User: user, Thread: "t1", Text: "please hang"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for e := range r.Events() {
+		if e.Kind == messages.KindText {
+			break // the turn runs on the owner
+		}
+	}
+	killed := time.Now()
+	if err := tc.members[owner].srv.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	tc.members[owner].srv.wait(opsWait)
+	v, err := r.Wait()
+	took := time.Since(killed)
+	if err != nil || v.Status != messages.StatusFailed || !v.Retryable {
+		t.Fatalf("the relayed round after its owner's death: %+v, %v; want failed and retryable", v, err)
+	}
+	t.Logf("verdict %v after the SIGKILL: %s", took.Round(time.Millisecond), v.Error)
+	if took > testLeaseTTL+2*time.Second {
+		t.Fatalf("the verdict took %v, want about the lease TTL %v", took, testLeaseTTL)
+	}
+
+	// The retried round resumes the thread on a survivor, with its history.
+	text, v, tries := roundRetrying(t, clients[via], messages.StartRound{User: user, Thread: "t1", Text: "after failover"}, time.Minute)
+	took = time.Since(killed)
+	if v.Status != messages.StatusCompleted || !v.Resumed || v.CodexThreadID != thread || !strings.Contains(text, "after failover") {
+		t.Fatalf("the round after the failover: %q, %+v; want completed on the resumed thread %s", text, v, thread)
+	}
+	newOwner := tc.ownerOf(user)
+	if newOwner == owner || newOwner < 0 {
+		t.Fatalf("alice is owned by %d after %d died", newOwner, owner)
+	}
+	t.Logf("thread resumed on %s %v after the SIGKILL (%d tries)", tc.members[newOwner].id, took.Round(time.Millisecond), tries)
+	var seen []string
+	for _, req := range tc.model.Requests() {
+		if req.LastUserText() == "after failover" {
+			seen = req.UserTexts()
+		}
+	}
+	if !slices.Contains(seen, "message 0") || !slices.Contains(seen, "message 2") {
+		t.Fatalf("the model saw %q in the resumed thread, want the earlier messages", seen)
+	}
+}
+
+// --- the long suite (-cluster.long) ---
+
+func longCluster(t *testing.T) {
+	if !*flagClusterLong {
+		t.Skip("the long cluster suite runs with -cluster.long")
+	}
+}
+
+// waitGroupsGone waits until the codex processes of home are gone.
+func (tc *testCluster) appServersOf(home string) []int {
+	return tc.appServerGroups()[home]
+}
+
+func (tc *testCluster) home(user string) string {
+	return filepath.Join(tc.homes, user, ".codex")
+}
+
+// TestClusterSIGSTOPFenced: a paused member's app-servers are killed by
+// its fence before its lease can expire, so the user's next owner never
+// runs beside them; after SIGCONT the member rejoins.
+func TestClusterSIGSTOPFenced(t *testing.T) {
+	longCluster(t)
+	tc := newTestCluster(t, 3)
+	c := tc.dial(0)
+	const user = "bob"
+	if _, v, _ := roundRetrying(t, c, messages.StartRound{User: user, Thread: "t1", Text: "first"}, time.Minute); v.Status != messages.StatusCompleted {
+		t.Fatalf("first round: %+v", v)
+	}
+	owner := tc.ownerOf(user)
+	home := tc.home(user)
+	if n := len(tc.appServersOf(home)); n != 1 {
+		t.Fatalf("bob has %d app-servers, want 1", n)
+	}
+	m := tc.members[owner]
+	stopped := time.Now()
+	if err := m.srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var gone time.Time
+	if !proctest.Poll(2*testLeaseTTL, 20*time.Millisecond, func() bool {
+		if len(tc.appServersOf(home)) == 0 {
+			gone = time.Now()
+			return true
+		}
+		return false
+	}) {
+		t.Fatal("the paused member's app-server was not fenced")
+	}
+	t.Logf("fenced %v after SIGSTOP (TTL %v, margin %v)", gone.Sub(stopped).Round(time.Millisecond), testLeaseTTL, testFenceMargin)
+	if gone.Sub(stopped) >= testLeaseTTL {
+		t.Fatalf("fenced %v after the pause: the lease (TTL %v) could have expired first", gone.Sub(stopped), testLeaseTTL)
+	}
+	other := tc.dial((owner + 1) % 3)
+	if _, v, _ := roundRetrying(t, other, messages.StartRound{User: user, Thread: "t1", Text: "second"}, time.Minute); v.Status != messages.StatusCompleted || !v.Resumed {
+		t.Fatalf("round on the survivor: %+v", v)
+	}
+	if err := m.srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// The resumed member fences itself, rejoins with a new lease, and
+	// serves rounds again (relaying bob's to the new owner).
+	back := tc.dial(owner)
+	if _, v, _ := roundRetrying(t, back, messages.StartRound{User: user, Thread: "t1", Text: "third"}, time.Minute); v.Status != messages.StatusCompleted || !v.Resumed {
+		t.Fatalf("round through the resumed member: %+v", v)
+	}
+}
+
+// TestClusterRejoinAndLeave: a member SIGKILLed and restarted on its etcd
+// data rejoins; a member stopped with SIGTERM leaves at once (its lease
+// revoked) and its users are taken over without waiting for a TTL.
+func TestClusterRejoinAndLeave(t *testing.T) {
+	longCluster(t)
+	tc := newTestCluster(t, 3)
+	c := tc.dial(0)
+	if _, v, _ := roundRetrying(t, c, messages.StartRound{User: "carol", Thread: "t1", Text: "first"}, time.Minute); v.Status != messages.StatusCompleted {
+		t.Fatalf("first round: %+v", v)
+	}
+	// Rejoin after a SIGKILL (member 2 owns nothing that matters here).
+	if err := tc.members[2].srv.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	tc.members[2].srv.wait(opsWait)
+	start := time.Now()
+	tc.restart(2)
+	tc.members[2].srv.waitMsg("supervisor serving")
+	t.Logf("rejoined %v after the restart (the old lease had to expire)", time.Since(start).Round(time.Millisecond))
+	c2 := tc.dial(2)
+	if _, v, _ := roundRetrying(t, c2, messages.StartRound{User: "carol", Thread: "t1", Text: "via the rejoined member"}, time.Minute); v.Status != messages.StatusCompleted || !v.Resumed {
+		t.Fatalf("round via the rejoined member: %+v", v)
+	}
+	// Graceful leave of carol's owner: immediate takeover.
+	owner := tc.ownerOf("carol")
+	if err := tc.members[owner].srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !tc.members[owner].srv.wait(30 * time.Second) {
+		t.Fatal("the member did not stop on SIGTERM")
+	}
+	left := time.Now()
+	if o := tc.ownerOf("carol"); o >= 0 {
+		t.Fatalf("carol still owned by %d after its owner left", o)
+	}
+	survivor := tc.dial((owner + 1) % 3)
+	_, v, tries := roundRetrying(t, survivor, messages.StartRound{User: "carol", Thread: "t1", Text: "after the leave"}, time.Minute)
+	if v.Status != messages.StatusCompleted || !v.Resumed || tries != 1 {
+		t.Fatalf("round after the leave: %+v after %d tries; want completed at once", v, tries)
+	}
+	t.Logf("takeover round done %v after the leaver exited", time.Since(left).Round(time.Millisecond))
+}
+
+// TestClusterRacingUsers: 100 users, each sent its first round from every
+// member at once: every round completes, every user ends with one owner,
+// and no home ever has two app-servers.
+func TestClusterRacingUsers(t *testing.T) {
+	longCluster(t)
+	// At most 12 app-servers a member (idle ones are stopped for new
+	// ones), 10 users racing at a time: the machine has 2 cores, and a
+	// longer lease, as etcd's keepalives wait behind the app-servers.
+	tc := newTestCluster(t, 3, "--max-live", "12", "--peer-rate", "1000", "--peer-burst", "1000",
+		"--lease-ttl", "15s", "--fence-margin", "5s")
+	clients := []*client.Client{tc.dial(0), tc.dial(1), tc.dial(2)}
+	const users = 100
+	var wg sync.WaitGroup
+	errs := make(chan error, users*3)
+	slots := make(chan struct{}, 10)
+	start := time.Now()
+	for u := range users {
+		slots <- struct{}{}
+		var race sync.WaitGroup
+		for i, c := range clients {
+			race.Add(1)
+			wg.Go(func() {
+				defer race.Done()
+				user := fmt.Sprintf("racer-%03d", u)
+				text, v, _ := roundRetrying(t, c, messages.StartRound{User: user, Thread: fmt.Sprintf("t%d", i), Text: "race " + user}, 5*time.Minute)
+				if v.Status != messages.StatusCompleted || !strings.Contains(text, "race "+user) {
+					errs <- fmt.Errorf("%s via member %d: %q, %+v", user, i, text, v)
+				}
+			})
+		}
+		go func() { race.Wait(); <-slots }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d rounds for %d users in %v", users*3, users, time.Since(start).Round(time.Millisecond))
+	owned := 0
+	for u := range users {
+		if tc.ownerOf(fmt.Sprintf("racer-%03d", u)) >= 0 {
+			owned++
+		}
+	}
+	if owned != users {
+		t.Errorf("%d of %d users have an owner after their rounds, want all (no member was fenced)", owned, users)
+	}
+}
+
+// TestClusterQuorumLoss: with two of three members gone, the last one
+// cannot renew its lease and stops its app-servers within one TTL
+// (consistency over availability), and refuses rounds as retryable.
+func TestClusterQuorumLoss(t *testing.T) {
+	longCluster(t)
+	tc := newTestCluster(t, 3)
+	c := tc.dial(0)
+	// Find a user member 0 owns.
+	var user string
+	for i := 0; user == ""; i++ {
+		u := fmt.Sprintf("dave-%d", i)
+		if _, v, _ := roundRetrying(t, c, messages.StartRound{User: u, Thread: "t1", Text: "hi"}, time.Minute); v.Status != messages.StatusCompleted {
+			t.Fatalf("round: %+v", v)
+		}
+		if tc.ownerOf(u) == 0 {
+			user = u
+		}
+		if i > 30 {
+			t.Fatal("member 0 owns none of 30 users")
+		}
+	}
+	home := tc.home(user)
+	lost := time.Now()
+	for _, i := range []int{1, 2} {
+		if err := tc.members[i].srv.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		tc.members[i].srv.wait(opsWait)
+	}
+	if !proctest.Poll(testLeaseTTL+time.Second, 20*time.Millisecond, func() bool { return len(tc.appServersOf(home)) == 0 }) {
+		t.Fatalf("member 0 kept %s's app-server %v after losing quorum", user, time.Since(lost))
+	}
+	t.Logf("app-servers stopped %v after quorum loss (TTL %v)", time.Since(lost).Round(time.Millisecond), testLeaseTTL)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, v, err := roundOnce(ctx, c, messages.StartRound{User: user, Thread: "t1", Text: "no quorum"})
+	if err != nil || !v.Retryable || v.Status == messages.StatusCompleted {
+		t.Fatalf("round without quorum: %+v, %v; want a retryable refusal", v, err)
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatal("the refusal took the whole deadline")
+	}
+}

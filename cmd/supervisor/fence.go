@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/meshweaver/supervisor/procs"
+)
+
+// fenceCmd is `supervisor fence`, the out-of-process fence of a cluster
+// member. serve starts it (in its own process group) and writes it, on
+// stdin, the milliseconds left until each new fence time: a lease renewal
+// moves it on. The app-servers run in process groups of their own, so a
+// daemon that is paused (SIGSTOP) or hung does not pause them, and its
+// in-process fence cannot run; this one does: when the fence time passes
+// without a newer one, it SIGKILLs every app-server group the daemon
+// started, before the lease can expire and another member take the users
+// over. When its input ends (the daemon exited, however) it kills what is
+// left of them and exits.
+func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fence", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pid := fs.Int("daemon-pid", 0, "`PID` of the daemon whose app-servers are fenced (required)")
+	member := fs.String("member", "", "the member `ID`, for the log lines")
+	poll := fs.Duration("poll", 50*time.Millisecond, "how often to look for the daemon's app-servers and at the fence time")
+	if _, err := parseArgs(fs, args, noArgs); err != nil {
+		return err
+	}
+	if *pid <= 1 || *poll <= 0 {
+		fmt.Fprintln(stderr, "supervisor fence: --daemon-pid (above 1) is required, --poll must be positive")
+		return errUsage
+	}
+	_ = ctx // a signal does not end the fence: only the end of its input does
+	f := &fence{daemon: *pid, member: *member, out: stderr, known: map[int]procs.ID{}, self: os.Getpid()}
+	lines := make(chan time.Duration)
+	ended := make(chan struct{})
+	go func() { // ends with the input: the daemon holds the only writer
+		defer close(ended)
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			ms, err := strconv.ParseInt(strings.TrimSpace(sc.Text()), 10, 64)
+			if err != nil {
+				continue
+			}
+			lines <- time.Duration(ms) * time.Millisecond
+		}
+	}()
+	var deadline time.Time // zero: no lease yet, nothing to fence
+	tick := time.NewTicker(*poll)
+	defer tick.Stop()
+	for {
+		select {
+		case left := <-lines:
+			deadline = time.Now().Add(left)
+		case <-ended:
+			if n := f.kill(); n > 0 {
+				f.logf("the daemon ended and left %d app-server groups: killed", n)
+			}
+			return nil
+		case <-tick.C:
+			f.scan()
+			if !deadline.IsZero() && !time.Now().Before(deadline) {
+				if n := f.kill(); n > 0 {
+					f.logf("the daemon did not renew its lease in time (fence time passed %v ago): killed %d app-server groups", time.Since(deadline).Round(time.Millisecond), n)
+				}
+			}
+		}
+	}
+}
+
+// fence is what the helper knows of the daemon's app-servers.
+type fence struct {
+	daemon int
+	self   int
+	member string
+	out    io.Writer
+	known  map[int]procs.ID // app-server group leaders, by pid
+}
+
+// scan remembers the daemon's children that lead a process group of
+// their own (the app-servers; under isolation, their bubblewrap), so that
+// they can be found after the daemon died and they were re-parented.
+func (f *fence) scan() {
+	host := procs.Host()
+	for pid, id := range f.known {
+		if !host.IsSame(id) {
+			delete(f.known, pid)
+		}
+	}
+	for _, id := range host.Scan(func(p procs.Proc) bool {
+		return p.PPID == f.daemon && p.PGRP == p.PID && p.PID != f.self && p.Alive()
+	}) {
+		f.known[id.PID] = id
+	}
+}
+
+// kill SIGKILLs every known app-server group still running and returns
+// how many it signalled.
+func (f *fence) kill() int {
+	f.scan()
+	host := procs.Host()
+	n := 0
+	for pid, id := range f.known {
+		if !host.IsSame(id) {
+			delete(f.known, pid)
+			continue
+		}
+		if err := syscall.Kill(-pid, syscall.SIGKILL); err == nil || !errors.Is(err, syscall.ESRCH) {
+			n++
+		}
+		delete(f.known, pid)
+	}
+	return n
+}
+
+func (f *fence) logf(format string, args ...any) {
+	fmt.Fprintf(f.out, "%s supervisor fence (member %s, daemon %d): %s\n", time.Now().UTC().Format(time.RFC3339Nano), f.member, f.daemon, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshweaver/supervisor/testkit/proctest"
+)
+
+// fakeDaemon is a shell standing in for a daemon: its background sleep,
+// under setsid, leads a process group of its own, as an app-server does
+// under the real daemon. It returns the shell and the sleep's pid.
+func fakeDaemon(t *testing.T) (*exec.Cmd, int) {
+	t.Helper()
+	sh := exec.Command("sh", "-c", "setsid sleep 60 & echo $!; wait")
+	out, err := sh.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("the shell said %q", line)
+	}
+	t.Cleanup(func() { proctest.WaitGone(t, 0, 0, func(p proctest.Proc) bool { return p.PID == pid }) })
+	return sh, pid
+}
+
+// syncBuf is a goroutine-safe buffer for the fence's log.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestFenceKillsPastTheDeadline: the fence leaves the daemon's app-server
+// alone while each new fence time arrives before the last one passes,
+// kills its process group once one passes, and exits when its input ends.
+func TestFenceKillsPastTheDeadline(t *testing.T) {
+	sh, app := fakeDaemon(t)
+	in, feed := io.Pipe()
+	var log syncBuf
+	done := make(chan error, 1)
+	go func() {
+		done <- fenceCmd(context.Background(), []string{"--daemon-pid", strconv.Itoa(sh.Process.Pid), "--member", "m1", "--poll", "10ms"}, in, &log)
+	}()
+	// Renewals: each says 300ms are left, every 100ms.
+	for range 10 {
+		if _, err := fmt.Fprintln(feed, 300); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the daemon's renewal period, not a wait for an outcome
+		if !proctest.Alive(app) {
+			t.Fatalf("the fence killed a renewed daemon's app-server:\n%s", log.String())
+		}
+	}
+	last := time.Now()
+	if !proctest.Poll(5*time.Second, 10*time.Millisecond, func() bool { return !proctest.Alive(app) }) {
+		t.Fatalf("the app-server outlived the fence time:\n%s", log.String())
+	}
+	if took := time.Since(last); took < 250*time.Millisecond {
+		t.Fatalf("killed %v after the last renewal, before its 300ms were up", took)
+	}
+	if !strings.Contains(log.String(), "did not renew its lease in time") {
+		t.Errorf("the fence's log does not say why it killed:\n%s", log.String())
+	}
+	feed.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("fence = %v, want nil at the end of its input", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fence did not exit at the end of its input")
+	}
+}
+
+// TestFenceKillsWhatADeadDaemonLeft: when the daemon's pipe closes (it
+// died), the fence kills the app-server groups it had seen, even though
+// they were re-parented.
+func TestFenceKillsWhatADeadDaemonLeft(t *testing.T) {
+	sh, app := fakeDaemon(t)
+	in, feed := io.Pipe()
+	var log syncBuf
+	done := make(chan error, 1)
+	go func() {
+		done <- fenceCmd(context.Background(), []string{"--daemon-pid", strconv.Itoa(sh.Process.Pid), "--poll", "10ms"}, in, &log)
+	}()
+	if _, err := fmt.Fprintln(feed, 60_000); err != nil { // a lease renewed: far from the fence time
+		t.Fatal(err)
+	}
+	// The fence has seen the app-server once it scanned; an unrenewed
+	// minute is far away, so only the end of the input can kill it.
+	if !proctest.Poll(5*time.Second, 10*time.Millisecond, func() bool { return proctest.Alive(app) }) {
+		t.Fatal("no app-server")
+	}
+	time.Sleep(100 * time.Millisecond) // a few of the fence's 10ms scans
+	_ = sh.Process.Kill()
+	_ = sh.Wait()
+	feed.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fence did not exit at the end of its input")
+	}
+	if !proctest.Poll(5*time.Second, 10*time.Millisecond, func() bool { return !proctest.Alive(app) }) {
+		t.Fatalf("the dead daemon's app-server was left running:\n%s", log.String())
+	}
+}
