@@ -189,7 +189,7 @@ func (g *Gate) Check(in Input) (any, bool) {
 		g.refuse(in, key, ReasonInvalid, msg, err)
 		return nil, false
 	}
-	if sr, ok := msg.(messages.StartRound); ok && sr.ReplyTo != nil && sr.ReplyTo.Address != in.Sender.Address {
+	if to := replyTo(msg); to != nil && to.Address != in.Sender.Address {
 		g.refuse(in, key, ReasonInvalid, msg, fmt.Errorf("%w: reply_to must be on the sender's node (%s)", messages.ErrInvalid, in.Sender.Address))
 		return nil, false
 	}
@@ -198,6 +198,17 @@ func (g *Gate) Check(in Input) (any, bool) {
 		return nil, false
 	}
 	return msg, true
+}
+
+// replyTo is the reply_to of a message that has one.
+func replyTo(msg any) *messages.PID {
+	switch m := msg.(type) {
+	case messages.StartRound:
+		return m.ReplyTo
+	case messages.AttachRound:
+		return m.ReplyTo
+	}
+	return nil
 }
 
 func validate(msg any, user string) error {

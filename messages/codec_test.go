@@ -26,7 +26,16 @@ func samples() []any {
 			DeveloperInstructions: "be brief", MCPURL: "https://mesh.example/mcp", MCPToken: "tok-SECRET",
 			History: []Turn{{Role: RoleUser, Text: "hi"}, {Role: RoleAssistant, Text: "hello"}},
 			ReplyTo: &PID{Address: "127.0.0.1:4001", ID: "mesh/client/7"},
+			OnRequest: PolicyAsk, AskTimeoutMS: 30_000,
 		},
+		RoundEvent{RoundID: "r-1", Seq: 6, Kind: KindRequest, Request: &ServerRequest{
+			RequestID: "q-1", Type: RequestCommandApproval, DeadlineUnixMilli: 1_760_000_000_123, ItemID: "call-1",
+			ChildThreadID: "th-2", Command: "ls", Cwd: "/w", Reason: "why", Message: "m", Schema: `{"type":"object"}`,
+			Questions: []Question{{ID: "a", Header: "H", Question: "Q?", Options: []string{"yes", "no"}}}, Outcome: "o",
+		}},
+		AttachRound{User: "u1", RoundID: "r-1", AfterSeq: 7, ReplyTo: &PID{Address: "127.0.0.1:4001", ID: "mesh/client/8"}},
+		AnswerRequest{User: "u1", RoundID: "r-1", RequestID: "q-1", Decision: DecisionAccept,
+			Answers: map[string][]string{"a": {"yes"}}, Content: `{"x":1}`},
 		RoundEvent{RoundID: "r-1", Seq: 1, Kind: KindText, Text: "del", ItemID: "item-1"},
 		RoundEvent{RoundID: "r-1", Seq: 2, Kind: KindToolCall, ItemID: "item-2", Tool: &ToolCall{
 			CallID: "call-1", Name: "apply_patch", Args: `{"x":1}`, Cwd: "/w",
