@@ -81,9 +81,9 @@ type codexActor struct {
 	starting bool
 	waiters  []acquireClient // requesters waiting for the start
 	threads  threadRouter
-	children childThreads         // child agents' threads → their parents
+	children childThreads          // child agents' threads → their parents
 	askers   map[string]*actor.PID // round actor id → its log, for rounds that ask (askVia)
-	pinned   *actor.PID // the login actor during a session
+	pinned   *actor.PID            // the login actor during a session
 	creds    *store.Credentials
 	redact   *codexrpc.Redactor
 

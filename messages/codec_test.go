@@ -24,8 +24,8 @@ func samples() []any {
 			RoundID: "r-1", User: "u1", Thread: "mesh/thread/42", Text: "hello 🌍",
 			ClientMessageID: "c-9", Model: "gpt-5-codex", Effort: "high", AutoApprove: true,
 			DeveloperInstructions: "be brief", MCPURL: "https://mesh.example/mcp", MCPToken: "tok-SECRET",
-			History: []Turn{{Role: RoleUser, Text: "hi"}, {Role: RoleAssistant, Text: "hello"}},
-			ReplyTo: &PID{Address: "127.0.0.1:4001", ID: "mesh/client/7"},
+			History:   []Turn{{Role: RoleUser, Text: "hi"}, {Role: RoleAssistant, Text: "hello"}},
+			ReplyTo:   &PID{Address: "127.0.0.1:4001", ID: "mesh/client/7"},
 			OnRequest: PolicyAsk, AskTimeoutMS: 30_000,
 		},
 		RoundEvent{RoundID: "r-1", Seq: 6, Kind: KindRequest, Request: &ServerRequest{
