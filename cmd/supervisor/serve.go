@@ -49,6 +49,7 @@ type serveOptions struct {
 	tls            tlsOptions
 	op             operatorOptions
 	isolation      isolationOptions
+	callers        callerOptions
 
 	authz            string
 	authzAllowAny    bool
@@ -84,6 +85,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.DurationVar(&o.stallTimeout, "stall-timeout", 10*time.Minute, "interrupt a turn that made no progress for this long")
 	fs.DurationVar(&o.loginGrant, "login-grant", 15*time.Minute, "cancel a device-code login not approved within this long")
 	o.tls.register(fs)
+	o.callers.register(fs)
 	o.op.register(fs)
 	o.isolation.register(fs)
 	fs.StringVar(&o.authz, "authz", "", "authorization `FILE` (JSON) mapping peer certificate identities to the users and message kinds they may send (docs/SECURITY.md); required with mutual TLS")
@@ -133,6 +135,7 @@ func (o *serveOptions) validate() error {
 	if _, err := o.tls.config(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, o.callers.validate(o.tls.enabled(), o.allowPlaintext)...)
 	if err := o.isolation.validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -226,6 +229,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		IdleTimeout: o.idleTimeout, MaxLive: o.maxLive, StallTimeout: o.stallTimeout,
 		LoginGrant: o.loginGrant, MaxUsers: o.maxUsers, UserIdle: o.userIdle,
 		Isolation: iso, Logger: log, Metrics: metrics,
+		CallerGrace: o.callers.callerGrace, RoundRetention: o.callers.roundRetention,
 	}, edgeOptions{
 		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
 		limits: remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
@@ -284,6 +288,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			stopErr = d.stop(o.stopTimeout)
 			close(stopped)
 		})
+	}
+	if err := o.callers.addGateway(&g, d, gate, tlsConf, log); err != nil {
+		_ = d.stop(o.stopTimeout)
+		return err
 	}
 	if err := g.Run(); err != nil {
 		return err
