@@ -184,29 +184,51 @@ func callerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, ou
 	return nil, "", fmt.Errorf("cannot answer %s", r.Method)
 }
 
-// childThreads maps the threads of child agents (codex subagents, whose
-// thread/started names a parentThreadId) to their parents, so that a
-// child's requests follow its round's policy. A plain value owned by the
-// codex actor; at most limit children are remembered, oldest forgotten
-// first.
+// childThreads maps the threads of child agents (codex subagents) to
+// their parents, so that a child's requests follow its round's policy.
+// codex 0.169.0 starts a child without a thread/started of its own; the
+// parent's collabAgentToolCall item names it (senderThreadId the parent,
+// receiverThreadIds the children). A thread/started with a
+// parentThreadId counts too. A plain value owned by the codex actor; at
+// most limit children are remembered, oldest forgotten first.
 type childThreads struct {
 	limit  int
 	parent map[string]string
 	order  []string
 }
 
-// note learns a child thread from a thread/started notification.
+// note learns child threads from a notification.
 func (t *childThreads) note(n *codexrpc.Notification) {
-	if n.Method != "thread/started" {
-		return
+	switch n.Method {
+	case "thread/started":
+		var p struct {
+			Thread struct {
+				ID     string  `json:"id"`
+				Parent *string `json:"parentThreadId"`
+			} `json:"thread"`
+		}
+		if json.Unmarshal(n.Params, &p) == nil && p.Thread.Parent != nil {
+			t.add(p.Thread.ID, *p.Thread.Parent)
+		}
+	case "item/started", "item/completed":
+		var p struct {
+			Item struct {
+				Type      string   `json:"type"`
+				Sender    string   `json:"senderThreadId"`
+				Receivers []string `json:"receiverThreadIds"`
+			} `json:"item"`
+		}
+		if json.Unmarshal(n.Params, &p) != nil || p.Item.Type != "collabAgentToolCall" {
+			return
+		}
+		for _, child := range p.Item.Receivers {
+			t.add(child, p.Item.Sender)
+		}
 	}
-	var p struct {
-		Thread struct {
-			ID     string  `json:"id"`
-			Parent *string `json:"parentThreadId"`
-		} `json:"thread"`
-	}
-	if json.Unmarshal(n.Params, &p) != nil || p.Thread.ID == "" || p.Thread.Parent == nil || *p.Thread.Parent == "" {
+}
+
+func (t *childThreads) add(child, parent string) {
+	if child == "" || parent == "" || child == parent {
 		return
 	}
 	if t.parent == nil {
@@ -215,14 +237,14 @@ func (t *childThreads) note(n *codexrpc.Notification) {
 	if t.limit <= 0 {
 		t.limit = 4096
 	}
-	if _, ok := t.parent[p.Thread.ID]; !ok {
+	if _, ok := t.parent[child]; !ok {
 		if len(t.order) >= t.limit {
 			delete(t.parent, t.order[0])
 			t.order = t.order[1:]
 		}
-		t.order = append(t.order, p.Thread.ID)
+		t.order = append(t.order, child)
 	}
-	t.parent[p.Thread.ID] = *p.Thread.Parent
+	t.parent[child] = parent
 }
 
 // root is the thread at the top of threadID's parents (threadID itself

@@ -117,4 +117,13 @@ func TestChildThreads(t *testing.T) {
 	if got := ct.root("b"); got != "b" {
 		t.Errorf("a notification other than thread/started made a child: %q", got)
 	}
+	// codex 0.169.0: the parent's collab tool call names the children.
+	ct = childThreads{}
+	ct.note(&codexrpc.Notification{Method: "item/completed", Params: json.RawMessage(
+		`{"item":{"type":"collabAgentToolCall","tool":"spawnAgent","senderThreadId":"p","receiverThreadIds":["c1","c2"]},"threadId":"p"}`)})
+	ct.note(&codexrpc.Notification{Method: "item/completed", Params: json.RawMessage(
+		`{"item":{"type":"commandExecution","senderThreadId":"p","receiverThreadIds":["x"]},"threadId":"p"}`)})
+	if ct.root("c1") != "p" || ct.root("c2") != "p" || ct.root("x") != "x" {
+		t.Errorf("from a collab item: c1→%q c2→%q x→%q; want p, p, x", ct.root("c1"), ct.root("c2"), ct.root("x"))
+	}
 }
