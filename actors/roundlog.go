@@ -274,10 +274,6 @@ func (l *roundLog) attach(m attachLog) {
 	if l.graceTimer != nil {
 		l.graceTimer.Stop()
 	}
-	// Asks still open go to the new caller too.
-	for _, a := range l.asks {
-		l.send(cl, messages.RoundEvent{RoundID: l.req.RoundID, Seq: a.seq, Kind: messages.KindRequest, Request: a.shown})
-	}
 }
 
 // watch subscribes to the engine's events while the round runs with
@@ -426,8 +422,6 @@ const maxAskWait = messages.MaxAskTimeoutMS*time.Millisecond + 10*time.Second
 type pendingAsk struct {
 	req   *codexrpc.Request
 	reply chan serverAnswer
-	shown *messages.ServerRequest
-	seq   uint64 // the seq of its KindRequest event
 	timer *time.Timer
 }
 
@@ -449,7 +443,7 @@ func (l *roundLog) ask(m serverAsk) {
 	shown.DeadlineUnixMilli = time.Now().Add(timeout).UnixMilli()
 	l.record(messages.RoundEvent{Kind: messages.KindRequest, ItemID: shown.ItemID, Request: &shown})
 	engine, self := l.engine, l.self
-	l.asks[id] = &pendingAsk{req: m.req, reply: m.reply, shown: &shown, seq: l.seq,
+	l.asks[id] = &pendingAsk{req: m.req, reply: m.reply,
 		timer: time.AfterFunc(timeout, func() { engine.Send(self, askExpired{id: id}) })}
 }
 

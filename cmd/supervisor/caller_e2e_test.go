@@ -56,6 +56,7 @@ func startCallerRig(t *testing.T, extra ...string) *callerRig {
 	args = append(args, extra...)
 	t.Cleanup(func() { waitNoCodex(t, bin, root) })
 	srv := opsStartServe(t, exe, args...)
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	gw := srv.waitMsg("gateway serving")
 	srv.waitMsg("supervisor serving")
 	return &callerRig{model: model, addr: addr, gateway: "http://" + gw["listen"].(string)}
