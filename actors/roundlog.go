@@ -50,6 +50,7 @@ type roundLog struct {
 	graceGen   uint64
 	lostAt     time.Time // when the last caller went; zero while one is attached
 	abandoned  bool      // the grace ran out: the round was interrupted for it
+	stopping   bool      // in Stopped: nothing more is sent to the tree
 
 	asks   map[string]*pendingAsk
 	askSeq uint64
@@ -362,6 +363,9 @@ func (l *roundLog) finish(v messages.RoundFinished) {
 	if l.graceTimer != nil {
 		l.graceTimer.Stop()
 	}
+	if l.stopping {
+		return // its parent and the codex actor are stopping too
+	}
 	if l.policy() == messages.PolicyAsk && l.round != nil {
 		l.engine.Send(l.codex, askViaGone{round: l.round})
 	}
@@ -381,11 +385,9 @@ func (l *roundLog) stopped() {
 		if l.round == nil {
 			l.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusInterrupted)).Inc()
 		}
+		l.stopping = true
 		l.finish(messages.RoundFinished{RoundID: l.req.RoundID, Thread: l.req.Thread,
 			Status: messages.StatusInterrupted, Error: "the daemon is stopping"})
-		if l.graceTimer != nil {
-			l.graceTimer.Stop()
-		}
 	}
 	l.unwatch()
 }
