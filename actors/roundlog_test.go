@@ -270,3 +270,37 @@ func TestRoundLogBounds(t *testing.T) {
 		t.Fatal("no logExpired after the retention")
 	}
 }
+
+// BenchmarkRoundLog measures an event's way through a round log to one
+// attached local caller: numbered, kept (bounded), forwarded.
+func BenchmarkRoundLog(b *testing.B) {
+	e, err := actor.NewEngine(actor.NewEngineConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := Config{Homes: b.TempDir(), Workspace: b.TempDir()}
+	if err := cfg.setDefaults(); err != nil {
+		b.Fatal(err)
+	}
+	got := make(chan uint64, 1)
+	n := uint64(b.N)
+	c := e.SpawnFunc(func(ctx *actor.Context) {
+		if ev, ok := ctx.Message().(messages.RoundEvent); ok && ev.Seq == n {
+			got <- ev.Seq
+		}
+	}, "c")
+	var log *actor.PID
+	parent := e.SpawnFunc(func(ctx *actor.Context) {
+		if _, ok := ctx.Message().(actor.Started); ok {
+			log = ctx.SpawnChild(newRoundLog(&cfg, roundRequest{StartRound: messages.StartRound{User: "u", Thread: "t", RoundID: "b"},
+				replyTo: c}, "r1", nil, nil), "log", spawnOpts("r1", cfg.Logger, nil)...)
+		}
+	}, "user")
+	defer func() { <-e.Poison(parent).Done(); <-e.Poison(c).Done() }()
+	ev := messages.RoundEvent{Kind: messages.KindText, Text: strings.Repeat("x", 40), ItemID: "item-1"}
+	b.ResetTimer()
+	for range b.N {
+		e.Send(log, ev)
+	}
+	<-got
+}

@@ -276,6 +276,20 @@ func TestCallerCutAttachesWithAfterSeq(t *testing.T) {
 			t.Fatalf("seqs across the cut %v: want 1..%d, each once", seen, len(seen))
 		}
 	}
+	// After the end: the whole log and the verdict, at once.
+	start := time.Now()
+	again, err := c2.Attach(ctx, "goer", r.ID(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range again.Events() {
+		n++
+	}
+	if v2, err := again.Wait(); err != nil || v2 != v || n != len(seen) {
+		t.Errorf("attach after the end: %d events, %+v, %v; want %d and the verdict", n, v2, err, len(seen))
+	}
+	t.Logf("attach after the end: %d events and the verdict in %v", n, time.Since(start))
 }
 
 // TestGatewayMutualTLS: under mutual TLS the gateway takes the remote's
