@@ -434,6 +434,17 @@ func sseFrame(reply any) (frame []byte, last bool) {
 	return append(frame, "\n\n"...), last
 }
 
+// Streams is the number of event streams open now.
+func (g *Gateway) Streams() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, c := range g.streams {
+		n += c
+	}
+	return n
+}
+
 func (g *Gateway) takeStream(key string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
