@@ -143,7 +143,7 @@ func TestAskApprovalAnsweredAndExpired(t *testing.T) {
 		ServerRequests: []fakeappserver.ServerRequestSpec{approval("call-a"), approval("call-b")}}, nil)
 	c := h.caller()
 	h.roundAsync(c, messages.StartRound{User: "carol", Thread: "mesh/ask", Text: "go", RoundID: "a-1",
-		OnRequest: messages.PolicyAsk, AskTimeoutMS: 300})
+		OnRequest: messages.PolicyAsk, AskTimeoutMS: 1500})
 	var asked []messages.RoundEvent
 	var closed []messages.RoundEvent
 	var verdict messages.RoundFinished
