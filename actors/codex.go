@@ -730,7 +730,9 @@ func scrubURLs(text string) string {
 	})
 }
 
-// answer decides a server request in-line: nothing ever waits on a human.
+// answer decides a server request in-line, or, for a round (or a child
+// agent of a round) with on_request ask, hands it to the round's log,
+// which answers m.reply itself once its caller did or the deadline passed.
 func (a *codexActor) answer(m codexServerRequest) serverAnswer {
 	threadID, _ := threadOf(m.req.Params)
 	root := a.children.root(threadID) // a child agent's request is its round's
