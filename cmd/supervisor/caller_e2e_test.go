@@ -26,6 +26,7 @@ type callerRig struct {
 	model   *mockmodel.Server
 	addr    string // the remote listener
 	gateway string // the gateway's base URL
+	metrics string // the ops listener
 }
 
 func startCallerRig(t *testing.T, extra ...string) *callerRig {
@@ -58,8 +59,8 @@ func startCallerRig(t *testing.T, extra ...string) *callerRig {
 	srv := opsStartServe(t, exe, args...)
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	gw := srv.waitMsg("gateway serving")
-	srv.waitMsg("supervisor serving")
-	return &callerRig{model: model, addr: addr, gateway: "http://" + gw["listen"].(string)}
+	ops := srv.waitMsg("metrics serving")
+	return &callerRig{model: model, addr: addr, gateway: "http://" + gw["listen"].(string), metrics: ops["listen"].(string)}
 }
 
 // sse is one Server-Sent Event.
@@ -194,6 +195,10 @@ func TestGatewayEndToEnd(t *testing.T) {
 		}
 	}
 
+	_, metrics := opsHTTP(t, "http://"+rig.metrics+"/metrics")
+	if !strings.Contains(metrics, "\nsupervisor_gateway_streams 0\n") {
+		t.Errorf("/metrics lacks supervisor_gateway_streams 0 with no stream open")
+	}
 	resp = gwPost(t, ctx, rig.gateway+"/v1/models", `{"user":"webby"}`)
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()

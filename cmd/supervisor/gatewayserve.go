@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/gateway"
@@ -47,7 +48,7 @@ func (o *callerOptions) validate(tlsOn, allowPlaintext bool) []error {
 // addGateway listens on --gateway-listen and serves the gateway in g. It
 // is added after the daemon: its streams stay open while the daemon
 // drains, so that they carry the last verdicts, and close after.
-func (o *callerOptions) addGateway(g *run.Group, d *daemon, gate *edge.Gate, tlsConf *tls.Config, log *slog.Logger) error {
+func (o *callerOptions) addGateway(g *run.Group, d *daemon, gate *edge.Gate, tlsConf *tls.Config, reg prometheus.Registerer, log *slog.Logger) error {
 	if o.gatewayListen == "" {
 		return nil
 	}
@@ -57,6 +58,9 @@ func (o *callerOptions) addGateway(g *run.Group, d *daemon, gate *edge.Gate, tls
 	}
 	gw := gateway.New(gateway.Config{Engine: d.engine, Root: d.root, Gate: gate, TLS: tlsConf,
 		MaxStreams: o.gatewayMaxStreams, Logger: log})
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "supervisor_gateway_streams", Help: "Event streams the HTTP gateway has open (rounds, attaches, logins).",
+	}, func() float64 { return float64(gw.Streams()) }))
 	log.Info("gateway serving", "listen", ln.Addr().String(), "tls", tlsConf != nil)
 	g.Add(func() error {
 		if err := gw.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

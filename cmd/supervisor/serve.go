@@ -289,7 +289,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			close(stopped)
 		})
 	}
-	if err := o.callers.addGateway(&g, d, gate, tlsConf, log); err != nil {
+	if err := o.callers.addGateway(&g, d, gate, tlsConf, reg, log); err != nil {
 		_ = d.stop(o.stopTimeout)
 		return err
 	}
