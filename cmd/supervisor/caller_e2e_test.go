@@ -338,3 +338,29 @@ func TestGatewayMutualTLS(t *testing.T) {
 		t.Errorf("a client without a certificate: %d %s; want no answer", code, body)
 	}
 }
+
+// The gateway's flags: a non-loopback plaintext gateway needs
+// --allow-plaintext (or TLS); durations and the stream cap are positive.
+func TestCallerOptionsValidate(t *testing.T) {
+	ok := callerOptions{gatewayMaxStreams: 1, callerGrace: time.Second, roundRetention: time.Second}
+	for _, tt := range []struct {
+		name       string
+		edit       func(*callerOptions)
+		tls, plain bool
+		want       string
+	}{
+		{"off", func(*callerOptions) {}, false, false, ""},
+		{"loopback", func(o *callerOptions) { o.gatewayListen = "127.0.0.1:0" }, false, false, ""},
+		{"exposed plaintext", func(o *callerOptions) { o.gatewayListen = "10.0.0.1:4102" }, false, false, "needs --allow-plaintext"},
+		{"exposed allowed", func(o *callerOptions) { o.gatewayListen = "10.0.0.1:4102" }, false, true, ""},
+		{"exposed TLS", func(o *callerOptions) { o.gatewayListen = "10.0.0.1:4102" }, true, false, ""},
+		{"no grace", func(o *callerOptions) { o.callerGrace = 0 }, false, false, "must be positive"},
+	} {
+		o := ok
+		tt.edit(&o)
+		errs := o.validate(tt.tls, tt.plain)
+		if tt.want == "" && len(errs) != 0 || tt.want != "" && (len(errs) != 1 || !strings.Contains(errs[0].Error(), tt.want)) {
+			t.Errorf("%s: %v, want %q", tt.name, errs, tt.want)
+		}
+	}
+}
