@@ -58,8 +58,9 @@ func remoteCaller(t *testing.T) (*caller, *actor.Engine, *remote.Remote) {
 }
 
 // TestCallerGoneInterruptsRound: when the caller's node becomes
-// unreachable mid-round, the round interrupts its turn, and the thread
-// serves the next round from another caller.
+// unreachable mid-round and nobody attaches within the caller grace, the
+// round interrupts its turn, and the thread serves the next round from
+// another caller.
 func TestCallerGoneInterruptsRound(t *testing.T) {
 	bin, err := codexhome.CodexBin()
 	if err != nil {
@@ -78,6 +79,7 @@ func TestCallerGoneInterruptsRound(t *testing.T) {
 		Homes: homes, Workspace: t.TempDir(), CodexBin: bin,
 		Overrides: append(codexhome.Overrides(model.URL()), "features.shell_snapshot=false"),
 		Logger:    slog.New(&tapHandler{tap: tap, next: testLogger(t).Handler()}), StopGrace: time.Second,
+		CallerGrace: 300 * time.Millisecond,
 	}
 	root, err := SpawnRoot(de, cfg)
 	if err != nil {
@@ -107,7 +109,9 @@ func TestCallerGoneInterruptsRound(t *testing.T) {
 	from := tap.mark()
 	rem1.Stop().Wait()
 	tap.wait(t, from, waitFor, "of the round noticing its caller is gone",
-		logMsg("the caller is unreachable; interrupting the round"))
+		logMsg("the caller is gone; the round goes on while it may attach again"))
+	tap.wait(t, from, waitFor, "of the grace running out",
+		logMsg("no caller attached within the grace; interrupting the round"))
 	fin := tap.wait(t, from, waitFor, "of the round finishing", logMsg("round finished"))
 	if fin.attrs["status"] != string(messages.StatusInterrupted) {
 		t.Errorf("the round of a gone caller finished %q, want interrupted (its turn interrupted)", fin.attrs["status"])

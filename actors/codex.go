@@ -81,7 +81,9 @@ type codexActor struct {
 	starting bool
 	waiters  []acquireClient // requesters waiting for the start
 	threads  threadRouter
-	pinned   *actor.PID // the login actor during a session
+	children childThreads          // child agents' threads → their parents
+	askers   map[string]*actor.PID // round actor id → its log, for rounds that ask (askVia)
+	pinned   *actor.PID            // the login actor during a session
 	creds    *store.Credentials
 	redact   *codexrpc.Redactor
 
@@ -140,8 +142,16 @@ func (a *codexActor) Receive(c *actor.Context) {
 		a.answerWaiters(clientReady{err: m.err})
 	case codexExited:
 		a.exited(m)
+	case askVia:
+		if a.askers == nil {
+			a.askers = make(map[string]*actor.PID)
+		}
+		a.askers[m.round.ID] = m.log
+	case askViaGone:
+		delete(a.askers, m.round.ID)
 	case codexNote:
 		if m.gen == a.gen {
+			a.children.note(m.note)
 			a.lastHeard = time.Now()
 			a.touch()
 			a.route(m.note)
@@ -379,12 +389,17 @@ func (a *codexActor) launch() {
 				engine.Send(self, codexNote{gen: gen, note: n})
 			},
 			OnRequest: func(ctx context.Context, r *codexrpc.Request) (any, error) {
-				reply := make(chan serverAnswer, 1)
+				reply := make(chan serverAnswer, 2) // a wait, then the answer
 				engine.Send(self, codexServerRequest{gen: gen, req: r, reply: reply})
 				t := time.NewTimer(10 * time.Second)
 				defer t.Stop()
+			wait:
 				select {
 				case ans := <-reply:
+					if ans.wait > 0 { // put to the round's caller
+						t.Reset(ans.wait)
+						goto wait
+					}
 					return ans.result, ans.err
 				case <-ctx.Done():
 				case <-t.C:
@@ -715,10 +730,22 @@ func scrubURLs(text string) string {
 	})
 }
 
-// answer decides a server request in-line: nothing ever waits on a human.
+// answer decides a server request in-line, or, for a round (or a child
+// agent of a round) with on_request ask, hands it to the round's log,
+// which answers m.reply itself once its caller did or the deadline passed.
 func (a *codexActor) answer(m codexServerRequest) serverAnswer {
 	threadID, _ := threadOf(m.req.Params)
-	s, ok := a.threads.lookup(threadID)
+	root := a.children.root(threadID) // a child agent's request is its round's
+	s, ok := a.threads.lookup(root)
+	if ok && a.askers[s.round.ID] != nil {
+		log := a.askers[s.round.ID]
+		child := ""
+		if root != threadID {
+			child = threadID
+		}
+		a.engine.Send(log, serverAsk{req: m.req, child: child, reply: m.reply})
+		return serverAnswer{wait: maxAskWait}
+	}
 	res, question, err := answerServerRequest(m.req, ok && s.autoApprove)
 	if question != "" && ok {
 		a.engine.Send(s.round, questionAsked{text: question})

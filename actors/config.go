@@ -79,6 +79,19 @@ type Config struct {
 	Hold func(addr string) (release func())
 	// StopGrace is each polite step of stopping an app-server (default 2s).
 	StopGrace time.Duration
+	// Rounds outlive their connection: a round whose callers are all gone
+	// goes on for CallerGrace (default 30s) in case one attaches again,
+	// then is interrupted; a round's log (at most RoundLogEvents events,
+	// default 4096, and RoundLogBytes, default 4 MiB) and verdict are kept
+	// RoundRetention after the end (default 10 minutes), for at most
+	// KeptRounds finished rounds (default 64) and UserLogBytes (default
+	// 32 MiB) per user, the oldest forgotten first.
+	CallerGrace    time.Duration
+	RoundRetention time.Duration
+	RoundLogEvents int
+	RoundLogBytes  int
+	KeptRounds     int
+	UserLogBytes   int
 	// Isolation separates the users' app-servers (their uids, their
 	// sandboxes); nil starts them all as the daemon's user with its view of
 	// the files, as the fakes of the tests need. serve always sets it.
@@ -195,6 +208,24 @@ func (c *Config) setDefaults() error {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 2 * time.Second
+	}
+	if c.CallerGrace <= 0 {
+		c.CallerGrace = 30 * time.Second
+	}
+	if c.RoundRetention <= 0 {
+		c.RoundRetention = 10 * time.Minute
+	}
+	if c.RoundLogEvents <= 0 {
+		c.RoundLogEvents = 4096
+	}
+	if c.RoundLogBytes <= 0 {
+		c.RoundLogBytes = 4 << 20
+	}
+	if c.KeptRounds <= 0 {
+		c.KeptRounds = 64
+	}
+	if c.UserLogBytes <= 0 {
+		c.UserLogBytes = 32 << 20
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -29,7 +29,7 @@ func TestStoppingRoundDoesNotWaitOutInterrupt(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	<-h.engine.PoisonCtx(ctx, h.childPID("user/alice/round/r1")).Done()
+	<-h.engine.PoisonCtx(ctx, h.childPID("user/alice/log/r1/round/r1")).Done()
 	took := time.Since(start)
 	if ctx.Err() != nil || took > controlGrace+5*time.Second {
 		t.Errorf("stopping the round took %v (ctx %v), want about controlGrace (%v)", took, ctx.Err(), controlGrace)

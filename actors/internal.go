@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"time"
+
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -23,6 +25,14 @@ func (q roundRequest) settle(cfg *Config) {
 	if q.release != nil {
 		q.release()
 	}
+}
+
+// attachRequest is a validated AttachRound with its reply target
+// resolved and a hold on its address (release; nil when none).
+type attachRequest struct {
+	messages.AttachRound
+	replyTo *actor.PID
+	release func()
 }
 
 // userIdle is a user actor's offer to be reaped: it has been idle for
@@ -141,6 +151,9 @@ type codexServerRequest struct {
 type serverAnswer struct {
 	result any
 	err    error
+	// wait, when set, is no answer: the request was put to a round's
+	// caller, and the handler waits this much longer for the answer.
+	wait time.Duration
 }
 
 // subscribe routes a thread's notifications to a round.

@@ -151,7 +151,7 @@ func TestSupervisionRoundPanicGivesVerdictAndInterruptsTurn(t *testing.T) {
 	h.roundAsync(c, messages.StartRound{User: "alice", Thread: "mesh/rp", Text: "hold", RoundID: "rp-1"})
 	c.waitFirstEvent(t, "rp-1", waitFor)
 	// A routed notification without a notification: the mapper dereferences nil.
-	h.engine.Send(h.childPID("user/alice/round/r1"), roundNote{})
+	h.engine.Send(h.childPID("user/alice/log/r1/round/r1"), roundNote{})
 	r := c.collect(t, "rp-1", waitFor)
 	mustStatus(t, r, messages.StatusFailed)
 	if !strings.Contains(r.verdict.Error, "internal error") {

@@ -2,9 +2,12 @@ package actors
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/messages"
 )
 
 // answerServerRequest is the in-line policy for requests the CLI sends:
@@ -63,4 +66,196 @@ func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, que
 func declineAnswer(method string) (any, error) {
 	res, _, err := answerServerRequest(&codexrpc.Request{Method: method, Params: json.RawMessage("{}")}, false)
 	return res, err
+}
+
+// effectivePolicy is a round's request policy: the explicit one, or the
+// one auto_approve meant before on_request existed.
+func effectivePolicy(p messages.RequestPolicy, autoApprove bool) messages.RequestPolicy {
+	if p != messages.PolicyDefault {
+		return p
+	}
+	if autoApprove {
+		return messages.PolicyAuto
+	}
+	return messages.PolicyDecline
+}
+
+// describeRequest is what a caller is shown of a server request under the
+// ask policy (RequestID and the deadline are the asker's to fill in); ok
+// is false for a method the policy does not put to anyone (answered
+// method-not-found in-line).
+func describeRequest(r *codexrpc.Request) (shown messages.ServerRequest, ok bool) {
+	switch r.Method {
+	case codexrpc.ReqCommandApproval, codexrpc.ReqFileChangeApproval:
+		var p codexrpc.ApprovalParams
+		_ = json.Unmarshal(r.Params, &p)
+		shown = messages.ServerRequest{Type: messages.RequestFileChangeApproval, ItemID: p.ItemID}
+		if r.Method == codexrpc.ReqCommandApproval {
+			shown.Type, shown.Command, shown.Cwd = messages.RequestCommandApproval, truncateRunes(p.Command, 4096), p.Cwd
+		}
+		if p.Reason != nil {
+			shown.Reason = truncateRunes(*p.Reason, 4096)
+		}
+		return shown, true
+	case codexrpc.ReqUserInput:
+		var p codexrpc.UserInputParams
+		_ = json.Unmarshal(r.Params, &p)
+		shown = messages.ServerRequest{Type: messages.RequestUserInput, ItemID: p.ItemID}
+		for _, q := range p.Questions {
+			mq := messages.Question{ID: q.ID, Header: q.Header, Question: q.Question}
+			for _, o := range q.Options {
+				mq.Options = append(mq.Options, o.Label)
+			}
+			shown.Questions = append(shown.Questions, mq)
+		}
+		return shown, true
+	case codexrpc.ReqElicitation:
+		var p struct {
+			Message string          `json:"message"`
+			Schema  json.RawMessage `json:"requestedSchema"`
+			Meta    struct {
+				Kind string `json:"codex_approval_kind"`
+			} `json:"_meta"`
+		}
+		_ = json.Unmarshal(r.Params, &p)
+		shown = messages.ServerRequest{Type: messages.RequestElicitation, Message: truncateRunes(p.Message, 4096)}
+		if p.Meta.Kind == "mcp_tool_call" {
+			shown.Type = messages.RequestMCPToolApproval
+		} else if len(p.Schema) > 0 && len(p.Schema) <= 64<<10 {
+			shown.Schema = string(p.Schema)
+		}
+		return shown, true
+	}
+	return shown, false
+}
+
+// callerAnswer turns a caller's AnswerRequest into the answer codex gets
+// for r, with the outcome to report; an error says what is wrong with the
+// answer (the request stays open).
+func callerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, outcome string, err error) {
+	switch r.Method {
+	case codexrpc.ReqCommandApproval, codexrpc.ReqFileChangeApproval:
+		d, ok := map[string]string{
+			messages.DecisionAccept: codexrpc.DecisionAccept, messages.DecisionAcceptForSession: "acceptForSession",
+			messages.DecisionDecline: codexrpc.DecisionDecline, messages.DecisionCancel: "cancel",
+		}[a.Decision]
+		if !ok {
+			return nil, "", errors.New("an approval needs a decision: accept, accept_for_session, decline or cancel")
+		}
+		return codexrpc.ApprovalAnswer{Decision: d}, "answered: " + a.Decision, nil
+	case codexrpc.ReqUserInput:
+		var p codexrpc.UserInputParams
+		_ = json.Unmarshal(r.Params, &p)
+		ans := codexrpc.UserInputAnswer{Answers: make(map[string]codexrpc.UserAnswer, len(p.Questions))}
+		for _, q := range p.Questions {
+			got := a.Answers[q.ID]
+			if got == nil || a.Decision == messages.DecisionDecline || a.Decision == messages.DecisionCancel {
+				got = []string{}
+			}
+			ans.Answers[q.ID] = codexrpc.UserAnswer{Answers: got}
+		}
+		for id := range a.Answers {
+			if _, ok := ans.Answers[id]; !ok {
+				return nil, "", fmt.Errorf("no question has id %q", truncateRunes(id, 64))
+			}
+		}
+		outcome = "answered"
+		if a.Decision != "" {
+			outcome += ": " + a.Decision
+		}
+		return ans, outcome, nil
+	case codexrpc.ReqElicitation:
+		switch a.Decision {
+		case messages.DecisionAccept, messages.DecisionAcceptForSession:
+			content := json.RawMessage(`{}`)
+			if a.Content != "" {
+				var obj map[string]any
+				if json.Unmarshal([]byte(a.Content), &obj) != nil || obj == nil {
+					return nil, "", errors.New("content is not a JSON object")
+				}
+				content = json.RawMessage(a.Content)
+			}
+			return codexrpc.ElicitationAnswer{Action: "accept", Content: content}, "answered: " + a.Decision, nil
+		case messages.DecisionDecline, messages.DecisionCancel:
+			return codexrpc.ElicitationAnswer{Action: a.Decision}, "answered: " + a.Decision, nil
+		}
+		return nil, "", errors.New("an elicitation needs a decision: accept, decline or cancel")
+	}
+	return nil, "", fmt.Errorf("cannot answer %s", r.Method)
+}
+
+// childThreads maps the threads of child agents (codex subagents) to
+// their parents, so that a child's requests follow its round's policy.
+// codex 0.169.0 starts a child without a thread/started of its own; the
+// parent's collabAgentToolCall item names it (senderThreadId the parent,
+// receiverThreadIds the children). A thread/started with a
+// parentThreadId counts too. A plain value owned by the codex actor; at
+// most limit children are remembered, oldest forgotten first.
+type childThreads struct {
+	limit  int
+	parent map[string]string
+	order  []string
+}
+
+// note learns child threads from a notification.
+func (t *childThreads) note(n *codexrpc.Notification) {
+	switch n.Method {
+	case "thread/started":
+		var p struct {
+			Thread struct {
+				ID     string  `json:"id"`
+				Parent *string `json:"parentThreadId"`
+			} `json:"thread"`
+		}
+		if json.Unmarshal(n.Params, &p) == nil && p.Thread.Parent != nil {
+			t.add(p.Thread.ID, *p.Thread.Parent)
+		}
+	case "item/started", "item/completed":
+		var p struct {
+			Item struct {
+				Type      string   `json:"type"`
+				Sender    string   `json:"senderThreadId"`
+				Receivers []string `json:"receiverThreadIds"`
+			} `json:"item"`
+		}
+		if json.Unmarshal(n.Params, &p) != nil || p.Item.Type != "collabAgentToolCall" {
+			return
+		}
+		for _, child := range p.Item.Receivers {
+			t.add(child, p.Item.Sender)
+		}
+	}
+}
+
+func (t *childThreads) add(child, parent string) {
+	if child == "" || parent == "" || child == parent {
+		return
+	}
+	if t.parent == nil {
+		t.parent = make(map[string]string)
+	}
+	if t.limit <= 0 {
+		t.limit = 4096
+	}
+	if _, ok := t.parent[child]; !ok {
+		if len(t.order) >= t.limit {
+			delete(t.parent, t.order[0])
+			t.order = t.order[1:]
+		}
+		t.order = append(t.order, child)
+	}
+	t.parent[child] = parent
+}
+
+// root is the thread at the top of threadID's parents (threadID itself
+// when it is no known child).
+func (t *childThreads) root(threadID string) string {
+	for range 16 { // a child's child's …; bounded against a cycle
+		p, ok := t.parent[threadID]
+		if !ok {
+			break
+		}
+		threadID = p
+	}
+	return threadID
 }

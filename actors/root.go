@@ -116,6 +116,14 @@ func (r *rootActor) Receive(c *actor.Context) {
 			return
 		}
 		r.forward(c, m.User, m)
+	case messages.AnswerRequest:
+		if err := m.Validate(); err != nil {
+			r.reject(c, err)
+			return
+		}
+		r.forward(c, m.User, m)
+	case messages.AttachRound:
+		r.attach(c, m)
 	case messages.StartLogin:
 		r.toUser(c, m.User, m, m.Validate())
 	case messages.CancelLogin:
@@ -224,6 +232,36 @@ func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 	if r.cfg.Hold != nil && replyTo.Address != c.Engine().Address() {
 		// The caller's address stays reachable (keepalives, no idle close)
 		// until the verdict, however long the round runs.
+		req.release = r.cfg.Hold(replyTo.Address)
+	}
+	r.sendUser(c, m.User, req, c.PID())
+}
+
+// attach hands an AttachRound to its user's actor, with its reply target
+// held like a round's; a user with no actor has no round to attach to.
+func (r *rootActor) attach(c *actor.Context, m messages.AttachRound) {
+	replyTo := toPID(m.ReplyTo)
+	if replyTo != nil && (c.Sender() == nil || c.Sender().Address != replyTo.Address) {
+		r.reject(c, fmt.Errorf("%w: reply_to must be on the sender's node (%s)", messages.ErrInvalid, pidString(c.Sender())))
+		return
+	}
+	if replyTo == nil {
+		replyTo = c.Sender()
+	}
+	err := m.Validate()
+	if err == nil {
+		err = store.ValidateUserID(m.User)
+	}
+	if err != nil || replyTo == nil {
+		r.reject(c, err)
+		return
+	}
+	if u := r.users[m.User]; u == nil || u.stopping {
+		deliver(c.Engine(), replyTo, notFound(m.RoundID), r.log)
+		return
+	}
+	req := attachRequest{AttachRound: m, replyTo: replyTo}
+	if r.cfg.Hold != nil && replyTo.Address != c.Engine().Address() {
 		req.release = r.cfg.Hold(replyTo.Address)
 	}
 	r.sendUser(c, m.User, req, c.PID())

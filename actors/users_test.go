@@ -36,6 +36,7 @@ func TestUsersCappedAndReaped(t *testing.T) {
 	m := NewMetrics(nil)
 	h := fakeHarness(t, fakeappserver.Config{}, func(c *Config) {
 		c.MaxUsers, c.UserIdle, c.IdleTimeout, c.Metrics = 2, 100*time.Millisecond, 200*time.Millisecond, m
+		c.RoundRetention = 100 * time.Millisecond // a kept round keeps its user actor
 	})
 	c := h.caller()
 	users := func() float64 { return testutil.ToFloat64(m.Users) }

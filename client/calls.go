@@ -30,6 +30,18 @@ func (c *Client) Steer(ctx context.Context, req messages.SteerRound) (messages.R
 	return m.(messages.RoundControlled), nil
 }
 
+// Answer answers a request a round with on_request ask put to its caller
+// (a KindRequest event): req.RequestID is the event's
+// Request.RequestID. The answer's OK is false when the request is no
+// longer open (answered, expired, or the round ended): not an error.
+func (c *Client) Answer(ctx context.Context, req messages.AnswerRequest) (messages.RoundControlled, error) {
+	m, err := c.request(ctx, req, is[messages.RoundControlled])
+	if err != nil {
+		return messages.RoundControlled{}, err
+	}
+	return m.(messages.RoundControlled), nil
+}
+
 // Login runs a ChatGPT device-code login for user: onChallenge (if not
 // nil) gets the URL and code to show the person, on the caller's
 // goroutine, and Login returns the outcome, whose Success says whether the

@@ -109,3 +109,42 @@ func ExampleClient_Models() {
 	// Output:
 	// has a default model: true
 }
+
+// Attach: a round's events after a seq, and its verdict, from another
+// connection (or after this one was lost); a finished round stays
+// attachable for the daemon's retention.
+func ExampleClient_Attach() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, daemonAddr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Round(ctx, messages.StartRound{User: "ann", Thread: "example/attach", Text: "Say hello."})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var last uint64
+	for e := range r.Events() {
+		last = e.Seq
+		break // the connection "drops" after the first event
+	}
+
+	again, err := c.Attach(ctx, "ann", r.ID(), last)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for e := range again.Events() {
+		if e.Seq <= last {
+			log.Fatalf("event %d seen twice", e.Seq)
+		}
+	}
+	v, err := again.Wait()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("status:", v.Status)
+	// Output:
+	// status: completed
+}

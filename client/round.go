@@ -65,6 +65,29 @@ func (c *Client) Round(ctx context.Context, req messages.StartRound) (*Round, er
 	return r, nil
 }
 
+// Attach follows a round that runs, or ended within the daemon's
+// retention, from another connection or after this one was lost: the
+// returned Round yields the round's events with a seq after afterSeq (0:
+// from the start), then the ones still to come, and its verdict. A round
+// the daemon does not know ends with status not_found. A round whose
+// caller went away is interrupted only after the daemon's caller grace
+// (serve --caller-grace), which is the time there is to attach again.
+func (c *Client) Attach(ctx context.Context, user, roundID string, afterSeq uint64) (*Round, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	mb, err := c.open()
+	if err != nil {
+		return nil, err
+	}
+	r := &Round{c: c, id: roundID, ctx: ctx, mb: mb, release: c.rem.Hold(c.target.Address)}
+	if err := c.send(mb, messages.AttachRound{User: user, RoundID: roundID, AfterSeq: afterSeq}); err != nil {
+		r.finish(err)
+		return nil, err
+	}
+	return r, nil
+}
+
 // ID is the round's id.
 func (r *Round) ID() string { return r.id }
 

@@ -467,3 +467,35 @@ func BenchmarkGateCheck(b *testing.B) {
 		}
 	}
 }
+
+// Admit is the gate for the HTTP gateway: the same rate, validation and
+// authorization as Check, the new kinds included, and no reply_to.
+func TestAdmit(t *testing.T) {
+	p, err := ParsePolicy([]byte(`{"version":1,"grants":[{"identities":["spiffe://a"],"users":["u1"],"kinds":["rounds"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := New(Config{Self: "127.0.0.1:1", Root: actor.NewPID("127.0.0.1:1", "meshweaver/root"), Policy: p, PeerRate: 1, PeerBurst: 5})
+	addr := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 5}
+	for _, tt := range []struct {
+		name     string
+		identity string
+		msg      any
+		reason   string
+	}{
+		{"granted round", "spiffe://a", messages.StartRound{User: "u1", Thread: "t", Text: "x"}, ""},
+		{"attach is rounds", "spiffe://a", messages.AttachRound{User: "u1", RoundID: "r"}, ""},
+		{"answer is control", "spiffe://a", messages.AnswerRequest{User: "u1", RoundID: "r", RequestID: "q", Decision: "accept"}, ReasonUnauthorized},
+		{"another user", "spiffe://a", messages.StartRound{User: "u2", Thread: "t", Text: "x"}, ReasonUnauthorized},
+		{"reply_to", "spiffe://a", messages.StartRound{User: "u1", Thread: "t", Text: "x", ReplyTo: &messages.PID{Address: "h:1", ID: "x"}}, ReasonInvalid},
+		{"rate", "spiffe://a", messages.StartRound{User: "u1", Thread: "t", Text: "x"}, ReasonRate},
+	} {
+		reason, err := g.Admit(tt.identity, addr, tt.msg)
+		if reason != tt.reason || (err == nil) != (tt.reason == "") {
+			t.Errorf("%s: Admit = %q, %v; want %q", tt.name, reason, err, tt.reason)
+		}
+	}
+	if _, err := g.Admit("", addr, messages.StartRound{User: "u1", Thread: "t"}); err == nil || !strings.Contains(err.Error(), "text is empty") {
+		t.Errorf("invalid: %v", err)
+	}
+}

@@ -198,7 +198,7 @@ func (g *Gate) Check(in Input) (any, bool) {
 		g.refuse(in, key, ReasonInvalid, msg, err)
 		return nil, false
 	}
-	if sr, ok := msg.(messages.StartRound); ok && sr.ReplyTo != nil && sr.ReplyTo.Address != in.Sender.Address {
+	if to := replyTo(msg); to != nil && to.Address != in.Sender.Address {
 		g.refuse(in, key, ReasonInvalid, msg, fmt.Errorf("%w: reply_to must be on the sender's node (%s)", messages.ErrInvalid, in.Sender.Address))
 		return nil, false
 	}
@@ -234,6 +234,17 @@ func (g *Gate) checkRelayReply(in Input, key string) (any, bool) {
 		return nil, false
 	}
 	return msg, true
+}
+
+// replyTo is the reply_to of a message that has one.
+func replyTo(msg any) *messages.PID {
+	switch m := msg.(type) {
+	case messages.StartRound:
+		return m.ReplyTo
+	case messages.AttachRound:
+		return m.ReplyTo
+	}
+	return nil
 }
 
 func validate(msg any, user string) error {
@@ -310,4 +321,30 @@ func clip(s string, n int) string {
 		return s[:n]
 	}
 	return s
+}
+
+// Admit is Check for a message that arrived over the HTTP gateway, already
+// decoded: the same per-peer rate (a peer is the certificate identity, or
+// the IP in plaintext), validation and authorization. It returns the
+// refusal's reason (one of the Reason* names) and error, counted and
+// logged like the remote's; "" and nil admit the message. A message with
+// a reply_to is refused: the gateway is its own reply target.
+func (g *Gate) Admit(identity string, addr net.Addr, msg any) (reason string, err error) {
+	key := PeerKey(identity, addr, nil)
+	in := Input{Identity: identity, Addr: addr, Msg: msg}
+	if !g.peers.allowMsg(key, g.cfg.Now()) {
+		reason, err = ReasonRate, fmt.Errorf("rate limited: %g messages/s per peer (burst %d)", g.cfg.PeerRate, g.cfg.PeerBurst)
+	} else if kind, user, ok := KindOf(msg); !ok {
+		reason, err = ReasonUnknown, fmt.Errorf("%w: the daemon does not accept %T from a peer", messages.ErrUnknownType, msg)
+	} else if verr := validate(msg, user); verr != nil {
+		reason, err = ReasonInvalid, verr
+	} else if replyTo(msg) != nil {
+		reason, err = ReasonInvalid, fmt.Errorf("%w: reply_to is not for the HTTP gateway", messages.ErrInvalid)
+	} else if !g.cfg.Policy.Allows(identity, user, kind) {
+		reason, err = ReasonUnauthorized, fmt.Errorf("identity %q may not send %s for user %q", identity, kind, user)
+	}
+	if err != nil {
+		g.refuse(in, key, reason, nil, err)
+	}
+	return reason, err
 }

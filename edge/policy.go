@@ -18,8 +18,8 @@ type Kind string
 
 // The kinds of the authorization file.
 const (
-	KindRounds  Kind = "rounds"  // StartRound
-	KindControl Kind = "control" // InterruptRound, SteerRound
+	KindRounds  Kind = "rounds"  // StartRound, AttachRound
+	KindControl Kind = "control" // InterruptRound, SteerRound, AnswerRequest
 	KindLogin   Kind = "login"   // StartLogin, CancelLogin, SetAPIKey, Logout
 	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest
 	// KindCluster: the identity is a member of this daemon's cluster; the
@@ -39,6 +39,10 @@ func KindOf(msg any) (k Kind, user string, ok bool) {
 		return KindControl, m.User, true
 	case messages.SteerRound:
 		return KindControl, m.User, true
+	case messages.AnswerRequest:
+		return KindControl, m.User, true
+	case messages.AttachRound:
+		return KindRounds, m.User, true
 	case messages.StartLogin:
 		return KindLogin, m.User, true
 	case messages.CancelLogin:

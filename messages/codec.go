@@ -69,6 +69,8 @@ func buildCatalog() *registry {
 	register[InterruptRound](r, "interrupt_round.v1")
 	register[SteerRound](r, "steer_round.v1")
 	register[RoundControlled](r, "round_controlled.v1")
+	register[AttachRound](r, "attach_round.v1")
+	register[AnswerRequest](r, "answer_request.v1")
 	// Login and credentials.
 	register[StartLogin](r, "start_login.v1")
 	register[LoginChallenge](r, "login_challenge.v1")

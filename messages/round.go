@@ -49,6 +49,12 @@ type StartRound struct {
 	History []Turn `msgpack:"history,omitempty"`
 	// ReplyTo receives the replies; nil means the sender.
 	ReplyTo *PID `msgpack:"reply_to,omitempty"`
+	// OnRequest is how the round answers codex's approvals, questions and
+	// elicitations; empty keeps AutoApprove's meaning (see RequestPolicy).
+	OnRequest RequestPolicy `msgpack:"on_request,omitempty"`
+	// AskTimeoutMS is the deadline of each request put to the caller
+	// under PolicyAsk, in milliseconds; 0 means DefaultAskTimeoutMS.
+	AskTimeoutMS int64 `msgpack:"ask_timeout_ms,omitempty"`
 }
 
 // Roles of a [Turn].
@@ -104,6 +110,8 @@ type RoundEvent struct {
 	Tool   *ToolCall   `msgpack:"tool,omitempty"`
 	Result *ToolResult `msgpack:"result,omitempty"`
 	Usage  *Usage      `msgpack:"usage,omitempty"`
+	// Request is the payload of KindRequest and KindRequestClosed.
+	Request *ServerRequest `msgpack:"request,omitempty"`
 }
 
 // ToolCall describes a tool call (a command, a patch, an MCP tool) codex

@@ -73,6 +73,60 @@ func (m StartRound) Validate() error {
 		c.id("reply_to.address", m.ReplyTo.Address, MaxPIDLen, true)
 		c.id("reply_to.id", m.ReplyTo.ID, MaxPIDLen, true)
 	}
+	switch m.OnRequest {
+	case PolicyDefault, PolicyAuto, PolicyDecline, PolicyAsk:
+	default:
+		c.failf("on_request is not auto, decline or ask")
+	}
+	if m.AskTimeoutMS < 0 || m.AskTimeoutMS > MaxAskTimeoutMS {
+		c.failf("ask_timeout_ms is %d, want 0 to %d", m.AskTimeoutMS, MaxAskTimeoutMS)
+	}
+	return c.err
+}
+
+// Validate checks an AttachRound received from a peer: User and RoundID
+// are required, and a ReplyTo has both fields.
+func (m AttachRound) Validate() error {
+	c := checker{name: "attach_round.v1"}
+	c.user(m.User)
+	c.id("round_id", m.RoundID, MaxIDLen, true)
+	if m.ReplyTo != nil {
+		c.id("reply_to.address", m.ReplyTo.Address, MaxPIDLen, true)
+		c.id("reply_to.id", m.ReplyTo.ID, MaxPIDLen, true)
+	}
+	return c.err
+}
+
+// Validate checks an AnswerRequest received from a peer: User, RoundID
+// and RequestID are required, Decision is known, at most MaxAnswers
+// answers of bounded text, and Content is bounded.
+func (m AnswerRequest) Validate() error {
+	c := checker{name: "answer_request.v1"}
+	c.user(m.User)
+	c.id("round_id", m.RoundID, MaxIDLen, true)
+	c.id("request_id", m.RequestID, MaxIDLen, true)
+	switch m.Decision {
+	case "", DecisionAccept, DecisionAcceptForSession, DecisionDecline, DecisionCancel:
+	default:
+		c.failf("decision is not accept, accept_for_session, decline or cancel")
+	}
+	if len(m.Answers) > MaxAnswers {
+		c.failf("answers has %d entries, max %d", len(m.Answers), MaxAnswers)
+	}
+	total := 0
+	for id, as := range m.Answers {
+		c.id("answers key", id, MaxIDLen, true)
+		if len(as) > MaxAnswers {
+			c.failf("an answer has %d entries, max %d", len(as), MaxAnswers)
+		}
+		for _, a := range as {
+			total += len(a)
+		}
+	}
+	if total > MaxTextLen {
+		c.failf("answers text is %d bytes, max %d", total, MaxTextLen)
+	}
+	c.text("content", m.Content, MaxTextLen, false)
 	return c.err
 }
 

@@ -64,6 +64,10 @@ func TestStartRoundValidate(t *testing.T) {
 		{"reply to", func(m *StartRound) { m.ReplyTo = &PID{Address: "127.0.0.1:4001", ID: "a/b"} }, ""},
 		{"reply to no id", func(m *StartRound) { m.ReplyTo = &PID{Address: "127.0.0.1:4001"} }, "reply_to.id is empty"},
 		{"reply to no address", func(m *StartRound) { m.ReplyTo = &PID{ID: "a"} }, "reply_to.address is empty"},
+		{"ask", func(m *StartRound) { m.OnRequest, m.AskTimeoutMS = PolicyAsk, MaxAskTimeoutMS }, ""},
+		{"unknown policy", func(m *StartRound) { m.OnRequest = "maybe" }, "on_request is not auto, decline or ask"},
+		{"ask timeout too long", func(m *StartRound) { m.AskTimeoutMS = MaxAskTimeoutMS + 1 }, "ask_timeout_ms is 600001"},
+		{"ask timeout negative", func(m *StartRound) { m.AskTimeoutMS = -1 }, "ask_timeout_ms is -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,6 +135,15 @@ func TestOtherValidate(t *testing.T) {
 		{"models_request.v1", ModelsRequest{}, "user is empty"},
 		{"rate_limits_request.v1", RateLimitsRequest{User: "u"}, ""},
 		{"rate_limits_request.v1", RateLimitsRequest{}, "rate_limits_request.v1: invalid message: user is empty"},
+		{"attach_round.v1", AttachRound{User: "u", RoundID: "r", AfterSeq: 9}, ""},
+		{"attach_round.v1", AttachRound{User: "u"}, "round_id is empty"},
+		{"attach_round.v1", AttachRound{User: "u", RoundID: "r", ReplyTo: &PID{Address: "a"}}, "reply_to.id is empty"},
+		{"answer_request.v1", AnswerRequest{User: "u", RoundID: "r", RequestID: "q", Decision: DecisionAccept}, ""},
+		{"answer_request.v1", AnswerRequest{User: "u", RoundID: "r", RequestID: "q", Answers: map[string][]string{"a": {"b"}}}, ""},
+		{"answer_request.v1", AnswerRequest{User: "u", RoundID: "r"}, "request_id is empty"},
+		{"answer_request.v1", AnswerRequest{User: "u", RoundID: "r", RequestID: "q", Decision: "yes"}, "decision is not accept"},
+		{"answer_request.v1", AnswerRequest{User: "u", RoundID: "r", RequestID: "q", Answers: map[string][]string{"a": {long}}}, "answers text is 1048577 bytes"},
+		{"answer_request.v1", AnswerRequest{User: "u", RoundID: "r", RequestID: "q", Answers: map[string][]string{"a\n": nil}}, "answers key has invalid"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,7 +156,7 @@ func TestOtherValidate(t *testing.T) {
 // has a Validate method.
 func TestCommandsValidate(t *testing.T) {
 	for _, v := range []any{StartRound{}, InterruptRound{}, SteerRound{}, StartLogin{}, CancelLogin{},
-		SetAPIKey{}, Logout{}, AccountRequest{}, ModelsRequest{}, RateLimitsRequest{}} {
+		SetAPIKey{}, Logout{}, AccountRequest{}, ModelsRequest{}, RateLimitsRequest{}, AttachRound{}, AnswerRequest{}} {
 		if _, ok := v.(interface{ Validate() error }); !ok {
 			t.Errorf("%T has no Validate method", v)
 		}

@@ -51,6 +51,7 @@ type serveOptions struct {
 	op             operatorOptions
 	isolation      isolationOptions
 	cluster        clusterOptions
+	callers        callerOptions
 
 	authz            string
 	authzAllowAny    bool
@@ -86,6 +87,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.DurationVar(&o.stallTimeout, "stall-timeout", 10*time.Minute, "interrupt a turn that made no progress for this long")
 	fs.DurationVar(&o.loginGrant, "login-grant", 15*time.Minute, "cancel a device-code login not approved within this long")
 	o.tls.register(fs)
+	o.callers.register(fs)
 	o.op.register(fs)
 	o.isolation.register(fs)
 	o.cluster.register(fs)
@@ -136,6 +138,7 @@ func (o *serveOptions) validate() error {
 	if _, err := o.tls.config(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, o.callers.validate(o.tls.enabled(), o.allowPlaintext)...)
 	if err := o.isolation.validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -244,6 +247,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		IdleTimeout: o.idleTimeout, MaxLive: o.maxLive, StallTimeout: o.stallTimeout,
 		LoginGrant: o.loginGrant, MaxUsers: o.maxUsers, UserIdle: o.userIdle,
 		Isolation: iso, Logger: log, Metrics: metrics, Placement: placement,
+		CallerGrace: o.callers.callerGrace, RoundRetention: o.callers.roundRetention,
 	}, edgeOptions{
 		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
 		limits: remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
@@ -305,6 +309,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			stopErr = d.stop(o.stopTimeout)
 			close(stopped)
 		})
+	}
+	if err := o.callers.addGateway(&g, d, gate, tlsConf, reg, log); err != nil {
+		_ = d.stop(o.stopTimeout)
+		return err
 	}
 	if err := g.Run(); err != nil {
 		return err

@@ -233,6 +233,13 @@ func MCPCall(callID, server, tool, args string) Item {
 	return it
 }
 
+// WithNamespace returns a copy of a function call in the tool namespace
+// ns (codex's collab tools are in "multi_agent_v1").
+func (it Item) WithNamespace(ns string) Item {
+	it.namespace = ns
+	return it
+}
+
 // ApplyPatch is a custom_tool_call of codex's freeform apply_patch tool. The
 // tool exists only when the model catalog says apply_patch_tool_type
 // "freeform" (codexhome writes such a catalog).

@@ -1,0 +1,307 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/meshweaver/supervisor/edge"
+	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// stubRoot stands in for the daemon's root: a StartRound gets three
+// events and a verdict (text "hold": nothing, until the stream ends); an
+// AttachRound gets the events after its seq and the verdict; an
+// InterruptRound is answered OK.
+func stubRoot(c *actor.Context) {
+	events := func(id string) []messages.RoundEvent {
+		return []messages.RoundEvent{
+			{RoundID: id, Seq: 1, Kind: messages.KindText, Text: "Hel"},
+			{RoundID: id, Seq: 2, Kind: messages.KindText, Text: "lo"},
+			{RoundID: id, Seq: 3, Kind: messages.KindUsage, Usage: &messages.Usage{TotalTokens: 7}},
+		}
+	}
+	switch m := c.Message().(type) {
+	case messages.StartRound:
+		if m.Text == "hold" {
+			return
+		}
+		for _, ev := range events(m.RoundID) {
+			c.Engine().Send(c.Sender(), ev)
+		}
+		c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Thread: m.Thread, Status: messages.StatusCompleted})
+	case messages.AttachRound:
+		for _, ev := range events(m.RoundID) {
+			if ev.Seq > m.AfterSeq {
+				c.Engine().Send(c.Sender(), ev)
+			}
+		}
+		c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Status: messages.StatusCompleted})
+	case messages.InterruptRound:
+		c.Engine().Send(c.Sender(), messages.RoundControlled{RoundID: m.RoundID, OK: true})
+	}
+}
+
+// serve starts a gateway on a stub root and returns its base URL.
+func serve(t *testing.T, policy *edge.Policy, edit func(*Config)) string {
+	base, _ := serveGW(t, policy, edit)
+	return base
+}
+
+func serveGW(t *testing.T, policy *edge.Policy, edit func(*Config)) (string, *Gateway) {
+	t.Helper()
+	e, err := actor.NewEngine(actor.NewEngineConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := e.SpawnFunc(stubRoot, "root")
+	gate := edge.New(edge.Config{Self: "local", Root: root, Policy: policy, PeerRate: 1000, PeerBurst: 1000})
+	cfg := Config{Engine: e, Root: root, Gate: gate, ReadHeaderTimeout: 300 * time.Millisecond, MaxBody: 4096, MaxStreams: 2}
+	if edit != nil {
+		edit(&cfg)
+	}
+	gw := New(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- gw.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := gw.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+		<-e.Poison(root).Done()
+	})
+	return "http://" + ln.Addr().String(), gw
+}
+
+// sseEvent is one parsed Server-Sent Event.
+type sseEvent struct {
+	id, event, data string
+}
+
+// readSSE parses a stream until it ends.
+func readSSE(t *testing.T, r io.Reader) []sseEvent {
+	t.Helper()
+	var out []sseEvent
+	var cur sseEvent
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if cur.event != "" {
+				out = append(out, cur)
+			}
+			cur = sseEvent{}
+		case strings.HasPrefix(line, "id: "):
+			cur.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			cur.event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			cur.data = line[6:]
+		}
+	}
+	return out
+}
+
+func post(t *testing.T, url, body string, header ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// A round over HTTP: an SSE stream of round_event (id: the seq) and one
+// round_finished, in the wire names; an attach with Last-Event-ID gets
+// only what follows; a JSON call gets its JSON answer.
+func TestRoundStreamAndAttach(t *testing.T) {
+	base := serve(t, nil, nil)
+	resp := post(t, base+"/v1/rounds", `{"user":"ann","thread":"t1","text":"hi","round_id":"r-1"}`)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" || resp.Header.Get("X-Round-Id") != "r-1" {
+		t.Fatalf("status %d, headers %v", resp.StatusCode, resp.Header)
+	}
+	evs := readSSE(t, resp.Body)
+	if len(evs) != 4 || evs[0].id != "1" || evs[2].id != "3" || evs[3].event != "round_finished" || evs[3].id != "" {
+		t.Fatalf("events %+v", evs)
+	}
+	var first map[string]any
+	if err := json.Unmarshal([]byte(evs[0].data), &first); err != nil || first["round_id"] != "r-1" || first["kind"] != "text" || first["text"] != "Hel" {
+		t.Errorf("first event %s (%v): want the wire names", evs[0].data, err)
+	}
+	if !strings.Contains(evs[2].data, `"usage":{"total_tokens":7}`) || !strings.Contains(evs[3].data, `"status":"completed"`) {
+		t.Errorf("usage %s, verdict %s", evs[2].data, evs[3].data)
+	}
+
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/v1/rounds/r-1/events?user=ann", nil)
+	req.Header.Set("Last-Event-ID", "2")
+	got, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Body.Close()
+	evs = readSSE(t, got.Body)
+	if len(evs) != 2 || evs[0].id != "3" || evs[1].event != "round_finished" {
+		t.Errorf("attach after 2: %+v", evs)
+	}
+	evs = readSSE(t, post(t, base+"/v1/attach", `{"user":"ann","round_id":"r-1","after_seq":1}`).Body)
+	if len(evs) != 3 || evs[0].id != "2" {
+		t.Errorf("attach (POST) after 1: %+v", evs)
+	}
+
+	resp = post(t, base+"/v1/interrupt", `{"user":"ann","thread":"t1","round_id":"r-1"}`)
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || strings.TrimSpace(string(b)) != `{"ok":true,"round_id":"r-1"}` {
+		t.Errorf("interrupt: %d %s", resp.StatusCode, b)
+	}
+}
+
+// Hostile input gets a clear answer and costs nothing: unknown fields,
+// a body too large, invalid messages, a type mismatch, trailing data,
+// reply_to, an unauthorized identity, a bad Last-Event-ID.
+func TestHostileRequests(t *testing.T) {
+	base := serve(t, nil, nil)
+	for _, tt := range []struct {
+		name, path, body string
+		status           int
+		want             string
+	}{
+		{"unknown field", "/v1/rounds", `{"user":"a","thread":"t","text":"x","sneaky":1}`, 400, "unknown field"},
+		{"too large", "/v1/rounds", `{"user":"a","thread":"t","text":"` + strings.Repeat("x", 5000) + `"}`, 413, "over 4096 bytes"},
+		{"invalid", "/v1/rounds", `{"user":"a","thread":"t"}`, 400, "text is empty"},
+		{"bad user", "/v1/interrupt", `{"user":"../x","thread":"t"}`, 400, "user"},
+		{"type mismatch", "/v1/rounds", `{"user":"a","thread":"t","text":42}`, 400, "does not fit"},
+		{"not an object", "/v1/rounds", `[1,2]`, 400, "not a JSON object"},
+		{"trailing", "/v1/rounds", `{"user":"a","thread":"t","text":"x"} {}`, 400, "data after"},
+		{"reply_to", "/v1/rounds", `{"user":"a","thread":"t","text":"x","reply_to":{"address":"h:1","id":"x"}}`, 400, "reply_to"},
+		{"policy out of range", "/v1/rounds", `{"user":"a","thread":"t","text":"x","on_request":"always"}`, 400, "on_request"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := post(t, base+tt.path, tt.body)
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.status || !strings.Contains(string(b), tt.want) {
+				t.Errorf("%d %s; want %d naming %q", resp.StatusCode, b, tt.status, tt.want)
+			}
+		})
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/v1/rounds/r/events?user=a", nil)
+	req.Header.Set("Last-Event-ID", "-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Errorf("bad Last-Event-ID: %d, want 400", resp.StatusCode)
+	}
+
+	// With a policy that grants the plaintext identity nothing: 403.
+	p, err := edge.ParsePolicy([]byte(`{"version":1,"grants":[{"identities":["spiffe://x"],"users":["*"],"kinds":["rounds"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := serve(t, p, nil)
+	resp = post(t, locked+"/v1/rounds", `{"user":"a","thread":"t","text":"x"}`)
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 403 || !strings.Contains(string(b), "unauthorized") {
+		t.Errorf("unauthorized: %d %s", resp.StatusCode, b)
+	}
+}
+
+// A client that sends its headers too slowly (slowloris) is cut off at
+// ReadHeaderTimeout.
+func TestSlowHeadersCutOff(t *testing.T) {
+	base := serve(t, nil, nil)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("POST /v1/rounds HTTP/1.1\r\nHost: x\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(conn) // the server closes the connection
+	if err != nil {
+		t.Fatalf("the slow client was not cut off: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second || strings.Contains(string(b), "200 OK") {
+		t.Errorf("cut off after %v with %q; want about the 300ms ReadHeaderTimeout and no answer", took, b)
+	}
+}
+
+// A peer may hold at most MaxStreams event streams; one more gets 429,
+// and a stream that ends makes room.
+func TestStreamsPerPeerCapped(t *testing.T) {
+	base, gw := serveGW(t, nil, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	open := func(c context.Context) *http.Response {
+		req, _ := http.NewRequestWithContext(c, http.MethodPost, base+"/v1/rounds", strings.NewReader(`{"user":"a","thread":"t","text":"hold"}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	held := []*http.Response{open(ctx), open(ctx)}
+	for _, r := range held {
+		if r.StatusCode != 200 {
+			t.Fatalf("stream: %d", r.StatusCode)
+		}
+	}
+	third := open(t.Context())
+	b, _ := io.ReadAll(third.Body)
+	third.Body.Close()
+	if third.StatusCode != 429 || !strings.Contains(string(b), "2 event streams are open") {
+		t.Errorf("third stream: %d %s; want 429", third.StatusCode, b)
+	}
+	cancel()
+	for _, r := range held {
+		r.Body.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for gw.Streams() != 0 { // the server notices the closed streams on its own
+		if time.Now().After(deadline) {
+			t.Fatalf("%d streams still counted after their clients left", gw.Streams())
+		}
+		<-tick.C
+	}
+	r := open(t.Context())
+	r.Body.Close()
+	if r.StatusCode != 200 {
+		t.Errorf("no room after the streams ended: %d", r.StatusCode)
+	}
+}
