@@ -49,6 +49,24 @@ type StartRound struct {
 	History []Turn `msgpack:"history,omitempty"`
 	// ReplyTo receives the replies; nil means the sender.
 	ReplyTo *PID `msgpack:"reply_to,omitempty"`
+
+	// The wider surface (messages/surface.go).
+
+	// OutputSchema is a JSON Schema (a JSON object, as text) the final
+	// answer must follow; the verdict's StructuredOutput carries it.
+	OutputSchema string `msgpack:"output_schema,omitempty"`
+	// Images are given to codex with Text.
+	Images []ImageInput `msgpack:"images,omitempty"`
+	// AdditionalContext is ambient context given beside Text.
+	AdditionalContext []ContextEntry `msgpack:"additional_context,omitempty"`
+	// Sandbox is the round's sandbox mode (Sandbox*), within the bound the
+	// operator sets; empty means the daemon's default.
+	Sandbox string `msgpack:"sandbox,omitempty"`
+	// ApprovalPolicy is the round's approval policy (Approval*), among those
+	// the operator allows; empty means the daemon's default.
+	ApprovalPolicy string `msgpack:"approval_policy,omitempty"`
+	// StreamCommandOutput asks for KindCommandOutput events.
+	StreamCommandOutput bool `msgpack:"stream_command_output,omitempty"`
 }
 
 // Roles of a [Turn].
@@ -104,6 +122,16 @@ type RoundEvent struct {
 	Tool   *ToolCall   `msgpack:"tool,omitempty"`
 	Result *ToolResult `msgpack:"result,omitempty"`
 	Usage  *Usage      `msgpack:"usage,omitempty"`
+
+	// The wider surface (messages/surface.go).
+
+	// AgentThread is the codex thread of the subagent the event comes
+	// from; empty for the round's own thread.
+	AgentThread string        `msgpack:"agent_thread,omitempty"`
+	Subagent    *Subagent     `msgpack:"subagent,omitempty"`
+	Reroute     *ModelReroute `msgpack:"reroute,omitempty"`
+	// ErrorInfo classifies a KindError or KindRetry event.
+	ErrorInfo *ErrorInfo `msgpack:"error_info,omitempty"`
 }
 
 // ToolCall describes a tool call (a command, a patch, an MCP tool) codex
@@ -124,6 +152,11 @@ type FileChange struct {
 	Path string `msgpack:"path,omitempty"`
 	// Kind is codex's change kind: "add", "delete" or "update".
 	Kind string `msgpack:"kind,omitempty"`
+	// Diff is the change as a unified diff hunk (possibly truncated); for
+	// an added file, its content.
+	Diff string `msgpack:"diff,omitempty"`
+	// MovePath is where an update moves the file, if it does.
+	MovePath string `msgpack:"move_path,omitempty"`
 }
 
 // ToolResult describes how a tool call ended; it is the payload of a
@@ -138,6 +171,8 @@ type ToolResult struct {
 	// Failed reports that the call failed; Fault says why.
 	Failed bool   `msgpack:"failed,omitempty"`
 	Fault  string `msgpack:"fault,omitempty"`
+	// Structured is an MCP tool's structuredContent, as JSON text.
+	Structured string `msgpack:"structured,omitempty"`
 }
 
 // Usage holds the token counts codex reported; it is the payload of a
@@ -191,6 +226,16 @@ type RoundFinished struct {
 	// damaged or unreadable, or the resume was refused, and no transcript
 	// (journal or StartRound.History) was there to seed the thread with.
 	ContextLost bool `msgpack:"context_lost,omitempty"`
+
+	// The wider surface (messages/surface.go).
+
+	// Model is the model that ran the turn, after any reroute.
+	Model string `msgpack:"model,omitempty"`
+	// StructuredOutput is the final answer of a round with an OutputSchema,
+	// as JSON text.
+	StructuredOutput string `msgpack:"structured_output,omitempty"`
+	// ErrorInfo classifies the failure; CodexErrorInfo stays the raw form.
+	ErrorInfo *ErrorInfo `msgpack:"error_info,omitempty"`
 }
 
 // InterruptRound asks the daemon to interrupt the running round of User on

@@ -73,6 +73,7 @@ func (m StartRound) Validate() error {
 		c.id("reply_to.address", m.ReplyTo.Address, MaxPIDLen, true)
 		c.id("reply_to.id", m.ReplyTo.ID, MaxPIDLen, true)
 	}
+	validateSurface(&c, m)
 	return c.err
 }
 
