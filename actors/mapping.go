@@ -732,3 +732,46 @@ func finalAgentStatus(s string) bool {
 	}
 	return false
 }
+
+// spawnedThreads tells the router which threads a notification shows
+// spawned as subagents of parent: the receivers of a collab tool call,
+// the thread of a subagent activity, a thread/started with a parent. The
+// router routes each child thread to the round of parent (and on, for
+// grandchildren) before it routes the child's own notifications, which
+// follow at once on the same connection. Cheap for every other
+// notification.
+func spawnedThreads(n *codexrpc.Notification) (parent string, children []string) {
+	switch n.Method {
+	case codexrpc.NoteItemStarted, codexrpc.NoteItemCompleted:
+		if !bytes.Contains(n.Params, []byte(codexrpc.ItemCollabAgentToolCall)) && !bytes.Contains(n.Params, []byte(codexrpc.ItemSubAgentActivity)) {
+			return "", nil
+		}
+		var in codexrpc.SurfaceItemNotification
+		if json.Unmarshal(n.Params, &in) != nil {
+			return "", nil
+		}
+		switch in.Item.Type {
+		case codexrpc.ItemCollabAgentToolCall:
+			for _, id := range in.Item.ReceiverThreadIDs {
+				if id != "" && id != in.ThreadID {
+					children = append(children, id)
+				}
+			}
+		case codexrpc.ItemSubAgentActivity:
+			if id := in.Item.AgentThreadID; id != "" && id != in.ThreadID {
+				children = append(children, id)
+			}
+		}
+		if len(children) == 0 {
+			return "", nil
+		}
+		return in.ThreadID, children
+	case codexrpc.NoteThreadStarted:
+		var s codexrpc.ThreadStarted
+		if json.Unmarshal(n.Params, &s) != nil || s.Thread.ParentThreadID == nil || *s.Thread.ParentThreadID == "" || s.Thread.ID == "" {
+			return "", nil
+		}
+		return *s.Thread.ParentThreadID, []string{s.Thread.ID}
+	}
+	return "", nil
+}

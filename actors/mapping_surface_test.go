@@ -493,3 +493,114 @@ func TestMapperOnRecordings(t *testing.T) {
 		}
 	})
 }
+
+// TestSubagentRecording routes the real CLI's subagent conversation
+// (recorded by codexrpc's TestRealCLISubagent -update-surface) as the
+// router would: by thread, with spawnedThreads adding the child to the
+// parent's round.
+func TestSubagentRecording(t *testing.T) {
+	f, err := os.Open(filepath.Join(recordings, "subagent.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var notes []*codexrpc.Notification
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg codexrpc.Notification `json:"msg"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatal(err)
+		}
+		notes = append(notes, &line.Msg)
+	}
+	// The parent thread is the first turn's.
+	var parentThread string
+	for _, n := range notes {
+		if n.Method == codexrpc.NoteTurnStarted {
+			var h codexrpc.ThreadHeader
+			_ = json.Unmarshal(n.Params, &h)
+			parentThread = h.ThreadID
+			break
+		}
+	}
+	m := newMapper()
+	m.setThread(parentThread, "mock-model")
+	routes := map[string]bool{parentThread: true} // the router's table for this round
+	var evs []messages.RoundEvent
+	var ends []*turnEnd
+	for _, n := range notes {
+		if parent, kids := spawnedThreads(n); routes[parent] {
+			for _, k := range kids {
+				routes[k] = true
+			}
+		}
+		var h codexrpc.ThreadHeader
+		_ = json.Unmarshal(n.Params, &h)
+		if h.ThreadID != "" && !routes[h.ThreadID] {
+			continue
+		}
+		got, end := m.note(n)
+		evs = append(evs, got...)
+		if end != nil {
+			ends = append(ends, end)
+		}
+	}
+	if len(routes) != 2 {
+		t.Fatalf("routes = %v, want the parent and one child", routes)
+	}
+	if len(ends) != 1 || ends[0].Status != codexrpc.TurnCompleted {
+		t.Errorf("turn ends = %s, want the parent's only", mustJSON(ends))
+	}
+	var child string
+	var started int
+	var childText, parentText strings.Builder
+	for _, e := range evs {
+		switch {
+		case e.Kind == messages.KindSubagent && e.Subagent.Phase == messages.SubagentStarted:
+			started++
+			child = e.Subagent.Thread
+			if e.Subagent.Prompt != "find the bug" || e.Subagent.Tool != "spawnAgent" {
+				t.Errorf("subagent start = %+v", e.Subagent)
+			}
+		case e.Kind == messages.KindText && e.AgentThread != "":
+			if e.AgentThread != child {
+				t.Errorf("text of agent %q, want %q", e.AgentThread, child)
+			}
+			childText.WriteString(e.Text)
+		case e.Kind == messages.KindText:
+			parentText.WriteString(e.Text)
+		}
+	}
+	if started != 1 || childText.String() != "child found it" || parentText.String() != "parent done" {
+		t.Errorf("%d starts, child text %q, parent text %q; want 1, %q, %q", started, childText.String(), parentText.String(), "child found it", "parent done")
+	}
+	if m.Answer() != "parent done" {
+		t.Errorf("Answer = %q", m.Answer())
+	}
+}
+
+func TestSpawnedThreads(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		in       *codexrpc.Notification
+		parent   string
+		children []string
+	}{
+		{"spawn completed", itemNote(codexrpc.NoteItemCompleted, ownThread, collabItem("spawnAgent", "completed", `["`+kidThread+`"]`, `{}`)), ownThread, []string{kidThread}},
+		{"spawn started, no receiver yet", itemNote(codexrpc.NoteItemStarted, ownThread, collabItem("spawnAgent", "inProgress", `[]`, `{}`)), "", nil},
+		{"activity", itemNote(codexrpc.NoteItemStarted, ownThread, `{"type":"subAgentActivity","id":"a","agentPath":"/x","agentThreadId":"`+kidThread+`","kind":"started"}`), ownThread, []string{kidThread}},
+		{"thread started with a parent", note("thread/started", `{"thread":{"id":"`+kidThread+`","parentThreadId":"`+ownThread+`"}}`), ownThread, []string{kidThread}},
+		{"thread started without one", note("thread/started", `{"thread":{"id":"`+kidThread+`","parentThreadId":null}}`), "", nil},
+		{"an agent message mentioning collab", itemNote(codexrpc.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"a","text":"collabAgentToolCall"}`), "", nil},
+		{"garbage", note("item/started", `{"item":"collabAgentToolCall"`), "", nil},
+		{"a delta", note("item/agentMessage/delta", `{"threadId":"t","delta":"x"}`), "", nil},
+	} {
+		parent, children := spawnedThreads(tt.in)
+		if parent != tt.parent || strings.Join(children, ",") != strings.Join(tt.children, ",") {
+			t.Errorf("%s: spawnedThreads = %q, %q; want %q, %q", tt.name, parent, children, tt.parent, tt.children)
+		}
+	}
+}
