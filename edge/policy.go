@@ -21,7 +21,7 @@ const (
 	KindRounds  Kind = "rounds"  // StartRound
 	KindControl Kind = "control" // InterruptRound, SteerRound
 	KindLogin   Kind = "login"   // StartLogin, CancelLogin, SetAPIKey, Logout
-	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest
+	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest, ListThreads
 )
 
 var kinds = []Kind{KindRounds, KindControl, KindLogin, KindAccount}
@@ -49,6 +49,8 @@ func KindOf(msg any) (k Kind, user string, ok bool) {
 	case messages.ModelsRequest:
 		return KindAccount, m.User, true
 	case messages.RateLimitsRequest:
+		return KindAccount, m.User, true
+	case messages.ListThreads:
 		return KindAccount, m.User, true
 	}
 	return "", "", false
