@@ -604,3 +604,31 @@ func TestSpawnedThreads(t *testing.T) {
 		}
 	}
 }
+
+// FuzzMapperNote feeds arbitrary params under every method the mapper
+// knows: it never panics, and never ends a turn for a thread that is not
+// the round's.
+func FuzzMapperNote(f *testing.F) {
+	for _, row := range surfaceRows() {
+		f.Add(row.in.Method, []byte(row.in.Params))
+	}
+	f.Add("turn/completed", []byte(`{"threadId":"other","turn":{"id":"x","status":"completed"}}`))
+	f.Add("error", []byte(`{"error":{"codexErrorInfo":{"a":{"httpStatusCode":"x"}}}}`))
+	f.Fuzz(func(t *testing.T, method string, params []byte) {
+		m := newMapper()
+		m.configure(messages.StartRound{StreamCommandOutput: true, OutputSchema: "{}"})
+		m.setThread(ownThread, "m")
+		m.note(itemNote(codexrpc.NoteItemCompleted, ownThread, collabItem("spawnAgent", "completed", `["`+kidThread+`"]`, `{}`)))
+		n := &codexrpc.Notification{Method: method, Params: json.RawMessage(params)}
+		_, end := m.note(n)
+		spawnedThreads(n)
+		if end != nil {
+			var h codexrpc.ThreadHeader
+			if json.Unmarshal(params, &h) == nil && h.ThreadID != "" && h.ThreadID != ownThread {
+				t.Fatalf("turn end for thread %q", h.ThreadID)
+			}
+		}
+		v := messages.RoundFinished{Status: messages.StatusCompleted}
+		m.decorate(&v, end)
+	})
+}
