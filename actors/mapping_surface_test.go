@@ -398,6 +398,7 @@ func recording(t *testing.T, name string, stream bool) []messages.RoundEvent {
 		m := mappers[h.ThreadID]
 		if m == nil {
 			m = newMapper()
+			m.loc = time.UTC // the recording host's zone
 			m.configure(messages.StartRound{StreamCommandOutput: stream})
 			mappers[h.ThreadID] = m
 		}
@@ -475,6 +476,13 @@ func TestMapperOnRecordings(t *testing.T) {
 					continue
 				}
 				classes[e.ErrorInfo.Class]++
+				// The mock's usage_limit_reached said resets_at 1900000000;
+				// the CLI's message gives it to the minute.
+				if strings.Contains(e.Text, "try again at") {
+					if r := e.ErrorInfo.ResetsAtUnix; r < 1900000000-60 || r > 1900000000 {
+						t.Errorf("usage limit resets at %d, want about 1900000000", r)
+					}
+				}
 			}
 		}
 		for _, c := range []messages.ErrorClass{messages.ErrorUsageLimit, messages.ErrorContextWindow, messages.ErrorUnauthorized, messages.ErrorOverloaded, messages.ErrorOther} {
