@@ -69,8 +69,9 @@ type mapper struct {
 
 // childThread is a subagent's thread.
 type childThread struct {
-	turnID    string // its current turn, for its usage
-	announced bool   // a "started" subagent event was sent
+	turnID      string // its current turn, for its usage
+	announced   bool   // a "started" subagent event was sent
+	lastMessage string // its last completed agent message
 }
 
 func newMapper() *mapper {
@@ -628,6 +629,12 @@ func (m *mapper) childNote(n *codexrpc.Notification, h codexrpc.ThreadHeader, c 
 		evs = one(messages.RoundEvent{Kind: kind, Text: d.Delta, ItemID: d.ItemID})
 	case codexrpc.NoteItemStarted, codexrpc.NoteItemCompleted:
 		evs = m.item(n, false)
+		if n.Method == codexrpc.NoteItemCompleted {
+			var in codexrpc.ItemNotification
+			if json.Unmarshal(n.Params, &in) == nil && in.Item.Type == codexrpc.ItemAgentMessage {
+				c.lastMessage = in.Item.Text
+			}
+		}
 	case codexrpc.NoteCommandOutputDelta:
 		evs = m.outputDelta(n, "")
 	case codexrpc.NoteTurnDiff:
@@ -638,9 +645,28 @@ func (m *mapper) childNote(n *codexrpc.Notification, h codexrpc.ThreadHeader, c 
 		evs = one(messages.RoundEvent{Kind: messages.KindDiff, Text: clip(d.Diff, maxToolOutput)})
 	case codexrpc.NoteTurnStarted:
 		var t codexrpc.TurnNotification
-		if json.Unmarshal(n.Params, &t) == nil {
-			c.turnID = t.Turn.ID
+		if json.Unmarshal(n.Params, &t) != nil {
+			return nil
 		}
+		c.turnID = t.Turn.ID
+		sub := messages.Subagent{Phase: messages.SubagentActivity, Thread: h.ThreadID, Tool: "turnStarted", Status: t.Turn.Status}
+		if !c.announced {
+			c.announced, sub.Phase = true, messages.SubagentStarted
+		}
+		evs = one(messages.RoundEvent{Kind: messages.KindSubagent, Subagent: &sub})
+	case codexrpc.NoteTurnCompleted:
+		// The subagent's work is done (until it is sent more): its
+		// answer goes to the caller; the round's own turn goes on.
+		var t codexrpc.TurnNotification
+		if json.Unmarshal(n.Params, &t) != nil {
+			return nil
+		}
+		sub := messages.Subagent{Phase: messages.SubagentEnded, Thread: h.ThreadID, Tool: "turnCompleted", Status: t.Turn.Status,
+			Message: clip(c.lastMessage, maxToolOutput)}
+		if t.Turn.Error != nil && sub.Message == "" {
+			sub.Message = t.Turn.Error.Message
+		}
+		evs = one(messages.RoundEvent{Kind: messages.KindSubagent, Subagent: &sub})
 	case codexrpc.NoteTokenUsage:
 		var u codexrpc.TokenUsageNotification
 		if json.Unmarshal(n.Params, &u) != nil || c.turnID == "" || u.TurnID != c.turnID {

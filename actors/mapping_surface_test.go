@@ -104,9 +104,17 @@ func surfaceRows() []struct {
 			in: note("thread/tokenUsage/updated", `{"threadId":"`+kidThread+`","turnId":"cu","tokenUsage":{"total":{"totalTokens":9,"inputTokens":5,"cachedInputTokens":0,"outputTokens":4,"reasoningOutputTokens":0},`+
 				`"last":{"totalTokens":9,"inputTokens":5,"cachedInputTokens":0,"outputTokens":4,"reasoningOutputTokens":0}}}`),
 			want: []messages.RoundEvent{{Kind: messages.KindUsage, AgentThread: kidThread, Usage: &messages.Usage{InputTokens: 5, OutputTokens: 4, TotalTokens: 9}}}},
-		{name: "subagent turn end is not the round's",
-			prior: []*codexrpc.Notification{started, spawn, childStarted},
-			in:    note("turn/completed", `{"threadId":"`+kidThread+`","turn":{"id":"cu","items":[],"status":"completed"}}`)},
+		{name: "subagent turn start is activity",
+			prior: []*codexrpc.Notification{started, spawn},
+			in:    childStarted,
+			want: []messages.RoundEvent{{Kind: messages.KindSubagent, AgentThread: kidThread, Subagent: &messages.Subagent{
+				Phase: messages.SubagentActivity, Thread: kidThread, Tool: "turnStarted", Status: "inProgress"}}}},
+		{name: "subagent turn end ends it, not the round",
+			prior: []*codexrpc.Notification{started, spawn, childStarted,
+				itemNote(codexrpc.NoteItemCompleted, kidThread, `{"type":"agentMessage","id":"cm","text":"the bug is in x.go"}`)},
+			in: note("turn/completed", `{"threadId":"`+kidThread+`","turn":{"id":"cu","items":[],"status":"completed"}}`),
+			want: []messages.RoundEvent{{Kind: messages.KindSubagent, AgentThread: kidThread, Subagent: &messages.Subagent{
+				Phase: messages.SubagentEnded, Thread: kidThread, Tool: "turnCompleted", Status: "completed", Message: "the bug is in x.go"}}}},
 		{name: "subagent wait is activity",
 			prior: []*codexrpc.Notification{started, spawn},
 			in:    itemNote(codexrpc.NoteItemCompleted, ownThread, collabItem("wait", "completed", `["`+kidThread+`"]`, `{"`+kidThread+`":{"status":"running","message":null}}`)),
@@ -563,7 +571,7 @@ func TestSubagentRecording(t *testing.T) {
 		t.Errorf("turn ends = %s, want the parent's only", mustJSON(ends))
 	}
 	var child string
-	var started int
+	var started, ended int
 	var childText, parentText strings.Builder
 	for _, e := range evs {
 		switch {
@@ -573,6 +581,11 @@ func TestSubagentRecording(t *testing.T) {
 			if e.Subagent.Prompt != "find the bug" || e.Subagent.Tool != "spawnAgent" {
 				t.Errorf("subagent start = %+v", e.Subagent)
 			}
+		case e.Kind == messages.KindSubagent && e.Subagent.Phase == messages.SubagentEnded:
+			ended++
+			if e.Subagent.Thread != child || e.Subagent.Status != "completed" || e.Subagent.Message != "child found it" {
+				t.Errorf("subagent end = %+v", e.Subagent)
+			}
 		case e.Kind == messages.KindText && e.AgentThread != "":
 			if e.AgentThread != child {
 				t.Errorf("text of agent %q, want %q", e.AgentThread, child)
@@ -581,6 +594,9 @@ func TestSubagentRecording(t *testing.T) {
 		case e.Kind == messages.KindText:
 			parentText.WriteString(e.Text)
 		}
+	}
+	if ended != 1 {
+		t.Errorf("%d subagent ends, want 1", ended)
 	}
 	if started != 1 || childText.String() != "child found it" || parentText.String() != "parent done" {
 		t.Errorf("%d starts, child text %q, parent text %q; want 1, %q, %q", started, childText.String(), parentText.String(), "child found it", "parent done")
