@@ -656,3 +656,35 @@ func FuzzMapperNote(f *testing.F) {
 		m.decorate(&v, end)
 	})
 }
+
+// BenchmarkMapperRecordings maps every notification of the recordings, as
+// one round would: the cost per notification of the mapper (its thread
+// check decodes each notification's header once more).
+func BenchmarkMapperRecordings(b *testing.B) {
+	var notes []*codexrpc.Notification
+	files, _ := filepath.Glob(filepath.Join(recordings, "*.jsonl"))
+	for _, name := range files {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			var l struct {
+				Dir string                `json:"dir"`
+				Msg codexrpc.Notification `json:"msg"`
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Dir == "out" && l.Msg.Method != "" {
+				notes = append(notes, &l.Msg)
+			}
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		m := newMapper()
+		m.configure(messages.StartRound{StreamCommandOutput: true})
+		for _, n := range notes {
+			m.note(n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(notes)), "ns/note")
+}
