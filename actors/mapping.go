@@ -1,9 +1,11 @@
 package actors
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
@@ -13,24 +15,174 @@ import (
 // caps a command's aggregated output near 1 MiB.
 const maxToolOutput = 256 << 10
 
+// maxDiff bounds one file's diff in a file change event.
+const maxDiff = 64 << 10
+
 // turnEnd is what turn/completed says.
 type turnEnd struct {
 	TurnID         string
 	Status         string // codexrpc.Turn* status
 	Error          string
 	CodexErrorInfo string
+	// ErrorInfo classifies a failed turn's error; nil without one.
+	ErrorInfo *messages.ErrorInfo
 }
 
 // mapper turns one round's app-server notifications into round events. It
 // is pure apart from its own bookkeeping: which items streamed deltas (so a
-// completed item is not repeated) and the answer text (for the journal).
+// completed item is not repeated), the answer text (for the journal), the
+// round's thread and its subagents' threads, the model, the last error.
 type mapper struct {
 	streamed map[string]bool
 	answer   strings.Builder
 	turnID   string // from turn/started: the round's own turn
+
+	// thread is the round's codex thread (setThread, else turn/started);
+	// while it is unknown every notification counts as the round's own.
+	thread string
+	// children are the subagent threads spawned in the round, by id; their
+	// notifications are attributed (RoundEvent.AgentThread), never the
+	// round's own turn or usage.
+	children    map[string]*childThread
+	newChildren []string // not yet handed out by takeNewChildren
+	// streamOutput: the round asked for command output deltas.
+	streamOutput bool
+	// structured: the round has an output schema; lastMessage is the text
+	// of the round's last completed agent message.
+	structured  bool
+	lastMessage string
+	// Models: as the thread reported it, as the round asked, as codex
+	// rerouted or set it.
+	threadModel, askedModel, usedModel string
+	// lastDiff is the turn's last aggregated diff (the CLI re-sends it
+	// unchanged).
+	lastDiff string
+	// resetsAt is the latest reset time of an exhausted rate-limit window,
+	// from account/rateLimits/updated (Unix seconds).
+	resetsAt int64
+	// errInfo classifies the round's last final error.
+	errInfo *messages.ErrorInfo
+	// now and loc date usage-limit resets; tests set them.
+	now func() time.Time
+	loc *time.Location
 }
 
-func newMapper() *mapper { return &mapper{streamed: make(map[string]bool)} }
+// childThread is a subagent's thread.
+type childThread struct {
+	turnID      string // its current turn, for its usage
+	announced   bool   // a "started" subagent event was sent
+	lastMessage string // its last completed agent message
+}
+
+func newMapper() *mapper {
+	return &mapper{streamed: make(map[string]bool), children: make(map[string]*childThread), now: time.Now, loc: time.Local}
+}
+
+// configure takes what the round asked for: command output deltas, a
+// structured answer, a model.
+func (m *mapper) configure(req messages.StartRound) {
+	m.streamOutput = req.StreamCommandOutput
+	m.structured = req.OutputSchema != ""
+	m.askedModel = req.Model
+}
+
+// setThread names the round's codex thread and the model thread/start or
+// thread/resume answered with.
+func (m *mapper) setThread(threadID, model string) {
+	m.thread = threadID
+	m.threadModel = model
+}
+
+// ChildThreads returns the subagent threads of the round so far. The
+// app-server side routes their notifications to the round.
+func (m *mapper) ChildThreads() []string {
+	out := make([]string, 0, len(m.children))
+	for id := range m.children {
+		out = append(out, id)
+	}
+	return out
+}
+
+// takeNewChildren returns the subagent threads found since the last call,
+// so that the round asks once per thread to have it routed to itself.
+func (m *mapper) takeNewChildren() []string {
+	out := m.newChildren
+	m.newChildren = nil
+	return out
+}
+
+// addChild records a subagent thread; it reports whether it is new.
+func (m *mapper) addChild(id string) *childThread {
+	if id == "" || id == m.thread {
+		return nil
+	}
+	c := m.children[id]
+	if c == nil {
+		c = &childThread{}
+		m.children[id] = c
+		m.newChildren = append(m.newChildren, id)
+	}
+	return c
+}
+
+// Model is the model that ran the round: codex's last word on it
+// (model/rerouted, thread/settings/updated), else the round's own
+// override, else the thread's model.
+func (m *mapper) Model() string {
+	switch {
+	case m.usedModel != "":
+		return m.usedModel
+	case m.askedModel != "":
+		return m.askedModel
+	}
+	return m.threadModel
+}
+
+// decorate adds to a verdict what the mapper knows: the model, the
+// structured answer of a completed round with an output schema, and the
+// class of its error (end's, else the last final error event's).
+func (m *mapper) decorate(v *messages.RoundFinished, end *turnEnd) {
+	v.Model = m.Model()
+	if m.structured && v.Status == messages.StatusCompleted {
+		v.StructuredOutput = structuredOutput(m.lastMessage)
+	}
+	switch {
+	case end != nil && end.ErrorInfo != nil:
+		v.ErrorInfo = end.ErrorInfo
+	case v.Status != messages.StatusCompleted && m.errInfo != nil:
+		v.ErrorInfo = m.errInfo
+	}
+}
+
+// structuredOutput is the final answer of a round with an output schema:
+// the last agent message if it is JSON (compacted), else "".
+func structuredOutput(text string) string {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(strings.TrimSpace(text))) != nil || b.Len() == 0 {
+		return ""
+	}
+	return b.String()
+}
+
+// classify classifies an error with the mapper's clock, preferring the
+// reset time of the rate limits for a usage limit.
+func (m *mapper) classify(info json.RawMessage, message string) *messages.ErrorInfo {
+	e := classifyError(info, message, m.now(), m.loc)
+	if e.Class == messages.ErrorUsageLimit && m.resetsAt > 0 {
+		e.ResetsAtUnix = m.resetsAt
+	}
+	return &e
+}
+
+// coalesces reports whether next may be merged into last for a slow
+// caller: deltas of the same kind, item and thread.
+func coalesces(last, next messages.RoundEvent) bool {
+	switch next.Kind {
+	case messages.KindText, messages.KindReasoning, messages.KindCommandOutput:
+		return last.Kind == next.Kind && last.ItemID == next.ItemID && last.AgentThread == next.AgentThread
+	}
+	return false
+}
 
 // Answer is the assistant text of the round so far.
 func (m *mapper) Answer() string { return m.answer.String() }
@@ -39,6 +191,17 @@ func (m *mapper) Answer() string { return m.answer.String() }
 // turn/completed, the end of the turn. Anything it does not know yields
 // nothing: no notification may fault a round.
 func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd) {
+	var h codexrpc.ThreadHeader
+	_ = json.Unmarshal(n.Params, &h) // absent or unreadable: the round's own
+	if m.thread != "" && h.ThreadID != "" && h.ThreadID != m.thread {
+		if c := m.children[h.ThreadID]; c != nil {
+			return m.childNote(n, h, c), nil
+		}
+		return nil, nil // not the round's: never its turn's end
+	}
+	if evs, ok := m.surfaceNote(n); ok {
+		return evs, nil
+	}
 	switch n.Method {
 	case codexrpc.NoteAgentMessageDelta:
 		var d codexrpc.Delta
@@ -55,22 +218,15 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 		}
 		m.streamed[d.ItemID] = true
 		return one(messages.RoundEvent{Kind: messages.KindReasoning, Text: d.Delta, ItemID: d.ItemID}), nil
-	case codexrpc.NoteItemStarted:
-		var in codexrpc.ItemNotification
-		if json.Unmarshal(n.Params, &in) != nil {
-			return nil, nil
-		}
-		return m.itemStarted(&in.Item), nil
-	case codexrpc.NoteItemCompleted:
-		var in codexrpc.ItemNotification
-		if json.Unmarshal(n.Params, &in) != nil {
-			return nil, nil
-		}
-		return m.itemCompleted(&in.Item), nil
+	case codexrpc.NoteItemStarted, codexrpc.NoteItemCompleted:
+		return m.item(n, true), nil
 	case codexrpc.NoteTurnStarted:
 		var t codexrpc.TurnNotification
 		if json.Unmarshal(n.Params, &t) == nil {
 			m.turnID = t.Turn.ID
+			if m.thread == "" {
+				m.thread = t.ThreadID
+			}
 		}
 		return nil, nil
 	case codexrpc.NoteTokenUsage:
@@ -92,20 +248,19 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 		if json.Unmarshal(n.Params, &e) != nil {
 			return nil, nil
 		}
-		if e.WillRetry { // not a verdict, but the caller should know
-			text := e.Error.Message
-			if d := e.Error.AdditionalDetails; d != nil && *d != "" {
-				text += ": " + *d
-			}
-			return one(messages.RoundEvent{Kind: messages.KindRetry, Text: text}), nil
-		}
-		return one(messages.RoundEvent{Kind: messages.KindError, Text: e.Error.Message}), nil
+		return one(m.errorEvent(&e, true)), nil
 	case codexrpc.NoteModelRerouted:
 		var r codexrpc.ModelRerouted
 		if json.Unmarshal(n.Params, &r) != nil {
 			return nil, nil
 		}
-		return one(messages.RoundEvent{Kind: messages.KindNotice, Text: fmt.Sprintf("model rerouted from %s to %s", r.FromModel, r.ToModel)}), nil
+		if r.ToModel != "" {
+			m.usedModel = r.ToModel
+		}
+		reason, _ := r.Reason.(string)
+		return one(messages.RoundEvent{Kind: messages.KindModelRerouted,
+			Text:    fmt.Sprintf("model rerouted from %s to %s", r.FromModel, r.ToModel),
+			Reroute: &messages.ModelReroute{From: r.FromModel, To: r.ToModel, Reason: reason}}), nil
 	case codexrpc.NoteMCPStartupStatus:
 		var s codexrpc.MCPStartupStatus
 		if json.Unmarshal(n.Params, &s) != nil || s.Status != "failed" {
@@ -127,13 +282,44 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 			if len(t.Turn.Error.CodexErrorInfo) > 0 && string(t.Turn.Error.CodexErrorInfo) != "null" {
 				end.CodexErrorInfo = string(t.Turn.Error.CodexErrorInfo)
 			}
+			if t.Turn.Status == codexrpc.TurnFailed {
+				end.ErrorInfo = m.classify(t.Turn.Error.CodexErrorInfo, t.Turn.Error.Message)
+			}
 		}
 		return nil, end
 	}
 	return nil, nil
 }
 
-func (m *mapper) itemStarted(it *codexrpc.Item) []messages.RoundEvent {
+// item maps item/started and item/completed, of the round's thread (own)
+// or of a subagent's.
+func (m *mapper) item(n *codexrpc.Notification, own bool) []messages.RoundEvent {
+	var in codexrpc.ItemNotification
+	if json.Unmarshal(n.Params, &in) != nil {
+		return nil
+	}
+	var sx codexrpc.SurfaceItem
+	switch in.Item.Type {
+	case codexrpc.ItemFileChange, codexrpc.ItemCollabAgentToolCall, codexrpc.ItemSubAgentActivity:
+		var s codexrpc.SurfaceItemNotification
+		if json.Unmarshal(n.Params, &s) != nil {
+			return nil
+		}
+		sx = s.Item
+	}
+	switch in.Item.Type {
+	case codexrpc.ItemCollabAgentToolCall:
+		return m.collab(&sx, n.Method == codexrpc.NoteItemCompleted)
+	case codexrpc.ItemSubAgentActivity:
+		return m.subAgentActivity(&sx)
+	}
+	if n.Method == codexrpc.NoteItemStarted {
+		return m.itemStarted(&in.Item, &sx)
+	}
+	return m.itemCompleted(&in.Item, own)
+}
+
+func (m *mapper) itemStarted(it *codexrpc.Item, sx *codexrpc.SurfaceItem) []messages.RoundEvent {
 	call := func(tc messages.ToolCall) []messages.RoundEvent {
 		tc.CallID = it.ID
 		return one(messages.RoundEvent{Kind: messages.KindToolCall, ItemID: it.ID, Tool: &tc})
@@ -144,7 +330,7 @@ func (m *mapper) itemStarted(it *codexrpc.Item) []messages.RoundEvent {
 	case codexrpc.ItemMCPToolCall:
 		return call(messages.ToolCall{Name: mcpName(it), Args: rawArgs(it.Arguments)})
 	case codexrpc.ItemFileChange:
-		return call(messages.ToolCall{Name: "apply_patch", Paths: changes(it.Changes)})
+		return call(messages.ToolCall{Name: "apply_patch", Paths: diffChanges(sx.Changes)})
 	case codexrpc.ItemWebSearch:
 		return call(messages.ToolCall{Name: "web_search", Args: jsonText(map[string]string{"query": it.Query})})
 	case codexrpc.ItemDynamicToolCall:
@@ -153,7 +339,7 @@ func (m *mapper) itemStarted(it *codexrpc.Item) []messages.RoundEvent {
 	return nil
 }
 
-func (m *mapper) itemCompleted(it *codexrpc.Item) []messages.RoundEvent {
+func (m *mapper) itemCompleted(it *codexrpc.Item, own bool) []messages.RoundEvent {
 	result := func(r messages.ToolResult) []messages.RoundEvent {
 		r.CallID = it.ID
 		r.Output = clip(r.Output, maxToolOutput)
@@ -161,10 +347,15 @@ func (m *mapper) itemCompleted(it *codexrpc.Item) []messages.RoundEvent {
 	}
 	switch it.Type {
 	case codexrpc.ItemAgentMessage:
+		if own {
+			m.lastMessage = it.Text
+		}
 		if m.streamed[it.ID] || it.Text == "" {
 			return nil
 		}
-		m.answer.WriteString(it.Text)
+		if own {
+			m.answer.WriteString(it.Text)
+		}
 		return one(messages.RoundEvent{Kind: messages.KindText, Text: it.Text, ItemID: it.ID})
 	case codexrpc.ItemReasoning:
 		if m.streamed[it.ID] {
@@ -197,6 +388,7 @@ func (m *mapper) itemCompleted(it *codexrpc.Item) []messages.RoundEvent {
 		r := messages.ToolResult{Name: mcpName(it)}
 		if it.Result != nil {
 			r.Output = contentText(it.Result.Content)
+			r.Structured = structuredContent(it.Result.StructuredContent)
 		}
 		switch {
 		case it.Error != nil:
@@ -243,12 +435,31 @@ func jsonText(v any) string {
 	return string(b)
 }
 
-func changes(cs []codexrpc.FileChange) []messages.FileChange {
+// diffChanges lists a patch's files with their diffs, each bounded.
+func diffChanges(cs []codexrpc.FileChangeDiff) []messages.FileChange {
 	out := make([]messages.FileChange, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, messages.FileChange{Path: c.Path, Kind: c.Kind.Type})
+		fc := messages.FileChange{Path: c.Path, Kind: c.Kind.Type, Diff: clip(c.Diff, maxDiff)}
+		if c.Kind.MovePath != nil {
+			fc.MovePath = *c.Kind.MovePath
+		}
+		out = append(out, fc)
 	}
 	return out
+}
+
+// structuredContent is an MCP result's structuredContent as compact JSON
+// text; "" when there is none, or more than maxToolOutput of it (cut JSON
+// would be no JSON).
+func structuredContent(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil || b.Len() > maxToolOutput {
+		return ""
+	}
+	return b.String()
 }
 
 func pathsText(cs []codexrpc.FileChange) string {
@@ -326,4 +537,267 @@ func rateLimit(s codexrpc.RateLimitSnapshot) messages.RateLimit {
 		l.Credits = &messages.Credits{HasCredits: c.HasCredits, Unlimited: c.Unlimited, Balance: str(c.Balance)}
 	}
 	return l
+}
+
+// surfaceNote maps the round's own notifications of the wider surface;
+// ok is false for the others.
+func (m *mapper) surfaceNote(n *codexrpc.Notification) (evs []messages.RoundEvent, ok bool) {
+	switch n.Method {
+	case codexrpc.NoteTurnDiff:
+		var d codexrpc.TurnDiff
+		if json.Unmarshal(n.Params, &d) != nil || d.Diff == "" || d.Diff == m.lastDiff {
+			return nil, true // the CLI repeats the same diff 2 or 3 times a turn
+		}
+		m.lastDiff = d.Diff
+		return one(messages.RoundEvent{Kind: messages.KindDiff, Text: clip(d.Diff, maxToolOutput)}), true
+	case codexrpc.NoteCommandOutputDelta:
+		return m.outputDelta(n, ""), true
+	case codexrpc.NoteThreadSettings:
+		var s codexrpc.ThreadSettingsUpdated
+		if json.Unmarshal(n.Params, &s) == nil && s.ThreadSettings.Model != "" {
+			m.usedModel = s.ThreadSettings.Model
+		}
+		return nil, true
+	case codexrpc.NoteThreadStarted:
+		var s codexrpc.ThreadStarted
+		if json.Unmarshal(n.Params, &s) == nil && s.Thread.ParentThreadID != nil &&
+			*s.Thread.ParentThreadID != "" && (m.thread == "" || *s.Thread.ParentThreadID == m.thread) {
+			m.addChild(s.Thread.ID)
+		}
+		return nil, true
+	case codexrpc.NoteRateLimitsUpdated:
+		var r codexrpc.RateLimitsUpdated
+		if json.Unmarshal(n.Params, &r) == nil {
+			m.noteRateLimits(r.RateLimits)
+		}
+		return nil, true
+	}
+	return nil, false
+}
+
+// noteRateLimits keeps the reset time of an exhausted window.
+func (m *mapper) noteRateLimits(s codexrpc.RateLimitSnapshot) {
+	for _, w := range []*codexrpc.RateLimitWindow{s.Primary, s.Secondary} {
+		if w != nil && w.ResetsAt != nil && w.UsedPercent >= 100 && *w.ResetsAt > m.resetsAt {
+			m.resetsAt = *w.ResetsAt
+		}
+	}
+}
+
+// outputDelta maps a command output delta, for rounds that asked for them.
+func (m *mapper) outputDelta(n *codexrpc.Notification, agent string) []messages.RoundEvent {
+	var d codexrpc.Delta
+	if !m.streamOutput || json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
+		return nil
+	}
+	return one(messages.RoundEvent{Kind: messages.KindCommandOutput, Text: d.Delta, ItemID: d.ItemID, AgentThread: agent})
+}
+
+// errorEvent maps an error notification; a final error of the round's own
+// thread is kept for the verdict.
+func (m *mapper) errorEvent(e *codexrpc.ErrorNotification, own bool) messages.RoundEvent {
+	info := m.classify(e.Error.CodexErrorInfo, e.Error.Message)
+	if e.WillRetry { // not a verdict, but the caller should know
+		text := e.Error.Message
+		if d := e.Error.AdditionalDetails; d != nil && *d != "" {
+			text += ": " + *d
+		}
+		return messages.RoundEvent{Kind: messages.KindRetry, Text: text, ErrorInfo: info}
+	}
+	if own {
+		m.errInfo = info
+	}
+	return messages.RoundEvent{Kind: messages.KindError, Text: e.Error.Message, ErrorInfo: info}
+}
+
+// childNote maps a notification of a subagent's thread: its text,
+// reasoning, tools, output, usage and errors, attributed to it. Its turns
+// never end the round.
+func (m *mapper) childNote(n *codexrpc.Notification, h codexrpc.ThreadHeader, c *childThread) []messages.RoundEvent {
+	var evs []messages.RoundEvent
+	switch n.Method {
+	case codexrpc.NoteAgentMessageDelta, codexrpc.NoteReasoningSummary, codexrpc.NoteReasoningText:
+		var d codexrpc.Delta
+		if json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
+			return nil
+		}
+		m.streamed[d.ItemID] = true
+		kind := messages.KindReasoning
+		if n.Method == codexrpc.NoteAgentMessageDelta {
+			kind = messages.KindText
+		}
+		evs = one(messages.RoundEvent{Kind: kind, Text: d.Delta, ItemID: d.ItemID})
+	case codexrpc.NoteItemStarted, codexrpc.NoteItemCompleted:
+		evs = m.item(n, false)
+		if n.Method == codexrpc.NoteItemCompleted {
+			var in codexrpc.ItemNotification
+			if json.Unmarshal(n.Params, &in) == nil && in.Item.Type == codexrpc.ItemAgentMessage {
+				c.lastMessage = in.Item.Text
+			}
+		}
+	case codexrpc.NoteCommandOutputDelta:
+		evs = m.outputDelta(n, "")
+	case codexrpc.NoteTurnDiff:
+		var d codexrpc.TurnDiff
+		if json.Unmarshal(n.Params, &d) != nil || d.Diff == "" {
+			return nil
+		}
+		evs = one(messages.RoundEvent{Kind: messages.KindDiff, Text: clip(d.Diff, maxToolOutput)})
+	case codexrpc.NoteTurnStarted:
+		var t codexrpc.TurnNotification
+		if json.Unmarshal(n.Params, &t) != nil {
+			return nil
+		}
+		c.turnID = t.Turn.ID
+		sub := messages.Subagent{Phase: messages.SubagentActivity, Thread: h.ThreadID, Tool: "turnStarted", Status: t.Turn.Status}
+		if !c.announced {
+			c.announced, sub.Phase = true, messages.SubagentStarted
+		}
+		evs = one(messages.RoundEvent{Kind: messages.KindSubagent, Subagent: &sub})
+	case codexrpc.NoteTurnCompleted:
+		// The subagent's work is done (until it is sent more): its
+		// answer goes to the caller; the round's own turn goes on.
+		var t codexrpc.TurnNotification
+		if json.Unmarshal(n.Params, &t) != nil {
+			return nil
+		}
+		sub := messages.Subagent{Phase: messages.SubagentEnded, Thread: h.ThreadID, Tool: "turnCompleted", Status: t.Turn.Status,
+			Message: clip(c.lastMessage, maxToolOutput)}
+		if t.Turn.Error != nil && sub.Message == "" {
+			sub.Message = t.Turn.Error.Message
+		}
+		evs = one(messages.RoundEvent{Kind: messages.KindSubagent, Subagent: &sub})
+	case codexrpc.NoteTokenUsage:
+		var u codexrpc.TokenUsageNotification
+		if json.Unmarshal(n.Params, &u) != nil || c.turnID == "" || u.TurnID != c.turnID {
+			return nil
+		}
+		l := u.TokenUsage.Last
+		evs = one(messages.RoundEvent{Kind: messages.KindUsage, Usage: &messages.Usage{
+			InputTokens: l.InputTokens, CachedInputTokens: l.CachedInputTokens,
+			OutputTokens: l.OutputTokens, ReasoningOutputTokens: l.ReasoningOutputTokens,
+			TotalTokens: l.TotalTokens,
+		}})
+	case codexrpc.NoteError:
+		var e codexrpc.ErrorNotification
+		if json.Unmarshal(n.Params, &e) != nil {
+			return nil
+		}
+		evs = one(m.errorEvent(&e, false))
+	}
+	for i := range evs {
+		if evs[i].AgentThread == "" {
+			evs[i].AgentThread = h.ThreadID
+		}
+	}
+	return evs
+}
+
+// collab maps a collab tool call of an agent: a spawn announces its new
+// threads, a call whose targets reached a final state ends them, anything
+// else is activity.
+func (m *mapper) collab(sx *codexrpc.SurfaceItem, completed bool) []messages.RoundEvent {
+	var evs []messages.RoundEvent
+	for _, id := range sx.ReceiverThreadIDs {
+		c := m.addChild(id)
+		if c == nil {
+			continue
+		}
+		sub := messages.Subagent{Phase: messages.SubagentActivity, Thread: id, Tool: sx.Tool, Status: sx.Status}
+		if sx.Prompt != nil {
+			sub.Prompt = *sx.Prompt
+		}
+		if sx.Model != nil {
+			sub.Model = *sx.Model
+		}
+		if st, ok := sx.AgentsStates[id]; ok {
+			sub.Status = st.Status
+			if st.Message != nil {
+				sub.Message = clip(*st.Message, maxToolOutput)
+			}
+		}
+		switch {
+		case !c.announced:
+			c.announced = true
+			sub.Phase = messages.SubagentStarted
+		case completed && (sx.Tool == "closeAgent" || finalAgentStatus(sx.AgentsStates[id].Status)):
+			sub.Phase = messages.SubagentEnded
+		}
+		evs = append(evs, messages.RoundEvent{Kind: messages.KindSubagent, ItemID: sx.ID, Subagent: &sub})
+	}
+	return evs
+}
+
+// subAgentActivity maps a subAgentActivity item.
+func (m *mapper) subAgentActivity(sx *codexrpc.SurfaceItem) []messages.RoundEvent {
+	c := m.addChild(sx.AgentThreadID)
+	if c == nil || m.streamed[sx.ID] {
+		return nil
+	}
+	m.streamed[sx.ID] = true // started and completed carry the same activity
+	sub := messages.Subagent{Phase: messages.SubagentActivity, Thread: sx.AgentThreadID, Tool: sx.Kind}
+	if sx.Model != nil {
+		sub.Model = *sx.Model
+	}
+	switch {
+	case sx.Kind == "completed" || sx.Kind == "interrupted":
+		sub.Phase, sub.Status = messages.SubagentEnded, sx.Kind
+		c.announced = true
+	case !c.announced:
+		c.announced = true
+		sub.Phase = messages.SubagentStarted
+	}
+	return one(messages.RoundEvent{Kind: messages.KindSubagent, ItemID: sx.ID, Subagent: &sub})
+}
+
+// finalAgentStatus reports whether a subagent's status is an end.
+func finalAgentStatus(s string) bool {
+	switch s {
+	case "completed", "errored", "shutdown", "notFound", "interrupted":
+		return true
+	}
+	return false
+}
+
+// spawnedThreads tells the router which threads a notification shows
+// spawned as subagents of parent: the receivers of a collab tool call,
+// the thread of a subagent activity, a thread/started with a parent. The
+// router routes each child thread to the round of parent (and on, for
+// grandchildren) before it routes the child's own notifications, which
+// follow at once on the same connection. Cheap for every other
+// notification.
+func spawnedThreads(n *codexrpc.Notification) (parent string, children []string) {
+	switch n.Method {
+	case codexrpc.NoteItemStarted, codexrpc.NoteItemCompleted:
+		if !bytes.Contains(n.Params, []byte(codexrpc.ItemCollabAgentToolCall)) && !bytes.Contains(n.Params, []byte(codexrpc.ItemSubAgentActivity)) {
+			return "", nil
+		}
+		var in codexrpc.SurfaceItemNotification
+		if json.Unmarshal(n.Params, &in) != nil {
+			return "", nil
+		}
+		switch in.Item.Type {
+		case codexrpc.ItemCollabAgentToolCall:
+			for _, id := range in.Item.ReceiverThreadIDs {
+				if id != "" && id != in.ThreadID {
+					children = append(children, id)
+				}
+			}
+		case codexrpc.ItemSubAgentActivity:
+			if id := in.Item.AgentThreadID; id != "" && id != in.ThreadID {
+				children = append(children, id)
+			}
+		}
+		if len(children) == 0 {
+			return "", nil
+		}
+		return in.ThreadID, children
+	case codexrpc.NoteThreadStarted:
+		var s codexrpc.ThreadStarted
+		if json.Unmarshal(n.Params, &s) != nil || s.Thread.ParentThreadID == nil || *s.Thread.ParentThreadID == "" || s.Thread.ID == "" {
+			return "", nil
+		}
+		return *s.Thread.ParentThreadID, []string{s.Thread.ID}
+	}
+	return "", nil
 }

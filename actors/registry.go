@@ -5,9 +5,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
@@ -70,7 +73,58 @@ func (a *registryActor) Receive(c *actor.Context) {
 		if m.round != nil {
 			c.Send(m.round, saved{what: "journal", err: err})
 		}
+	case messages.ListThreads:
+		deliver(c.Engine(), c.Sender(), a.list(m), a.log)
 	}
+}
+
+// list answers a ListThreads from the thread records: the user's mesh
+// threads, most recently active first (the later of the record's and the
+// journal's last write), with those whose record could not be written yet.
+func (a *registryActor) list(m messages.ListThreads) messages.Threads {
+	out := messages.Threads{User: m.User}
+	entries, skipped, err := a.reg.List()
+	if err != nil {
+		a.log.Error("listing threads", "err", err)
+		out.Error = "the thread records could not be read"
+		return out
+	}
+	if skipped > 0 {
+		a.log.Info("thread records not listed (older format or damaged; rewritten at their next round)", "count", skipped)
+	}
+	seen := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		seen[e.Key] = true
+		last := e.Modified
+		if fi, err := os.Stat(a.journal.Path(e.Key)); err == nil && fi.ModTime().After(last) {
+			last = fi.ModTime()
+		}
+		id := e.ThreadID
+		if u, ok := a.unsavedRecords[e.Key]; ok {
+			id = u
+		}
+		out.Threads = append(out.Threads, messages.ThreadInfo{Thread: e.Key, CodexThreadID: id, LastActivityUnix: last.Unix()})
+	}
+	for key, id := range a.unsavedRecords {
+		if !seen[key] {
+			out.Threads = append(out.Threads, messages.ThreadInfo{Thread: key, CodexThreadID: id, LastActivityUnix: time.Now().Unix()})
+		}
+	}
+	sort.SliceStable(out.Threads, func(i, j int) bool {
+		ti, tj := out.Threads[i], out.Threads[j]
+		if ti.LastActivityUnix != tj.LastActivityUnix {
+			return ti.LastActivityUnix > tj.LastActivityUnix
+		}
+		return ti.Thread < tj.Thread
+	})
+	limit := m.Limit
+	if limit <= 0 || limit > messages.MaxThreadsListed {
+		limit = messages.MaxThreadsListed
+	}
+	if len(out.Threads) > limit {
+		out.Threads, out.Truncated = out.Threads[:limit], true
+	}
+	return out
 }
 
 // record writes a thread record; one that cannot be written is kept for
@@ -126,7 +180,14 @@ func (a *registryActor) lookup(key string) threadLookup {
 			out.notSaved = append(out.notSaved, "journal: "+err.Error())
 		}
 	}
-	id, err := a.reg.Lookup(key)
+	id, version, err := a.reg.LookupVersion(key)
+	if err == nil && version == 1 {
+		// An older daemon's record: rewritten with the key, so that
+		// ListThreads can name the thread. It stays readable if this fails.
+		if werr := a.reg.Record(key, id); werr != nil {
+			a.log.Warn("upgrading a thread record", "thread", store.KeyPrefix(key), "err", werr)
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrCorrupt):
 		a.log.Warn("thread record damaged; starting a fresh thread", "thread", store.KeyPrefix(key), "err", err)

@@ -138,6 +138,8 @@ func (r *rootActor) Receive(c *actor.Context) {
 		r.toUser(c, m.User, m, m.Validate())
 	case messages.RateLimitsRequest:
 		r.toUser(c, m.User, m, m.Validate())
+	case messages.ListThreads:
+		r.toUser(c, m.User, m, m.Validate())
 	default:
 		r.reject(c, fmt.Errorf("%w: the daemon does not accept %T", messages.ErrUnknownType, msg))
 	}

@@ -135,6 +135,9 @@ func (u *userActor) Receive(c *actor.Context) {
 		messages.AccountRequest, messages.ModelsRequest, messages.RateLimitsRequest:
 		u.active()
 		c.Engine().SendWithSender(u.login, m, c.Sender())
+	case messages.ListThreads:
+		u.active()
+		c.Engine().SendWithSender(u.registry, m, c.Sender())
 	}
 }
 

@@ -21,7 +21,7 @@ const (
 	KindRounds  Kind = "rounds"  // StartRound, AttachRound
 	KindControl Kind = "control" // InterruptRound, SteerRound, AnswerRequest
 	KindLogin   Kind = "login"   // StartLogin, CancelLogin, SetAPIKey, Logout
-	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest
+	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest, ListThreads
 	// KindCluster: the identity is a member of this daemon's cluster; the
 	// owners of users answer its relays (a grant with users ["*"]).
 	KindCluster Kind = "cluster"
@@ -56,6 +56,8 @@ func KindOf(msg any) (k Kind, user string, ok bool) {
 	case messages.ModelsRequest:
 		return KindAccount, m.User, true
 	case messages.RateLimitsRequest:
+		return KindAccount, m.User, true
+	case messages.ListThreads:
 		return KindAccount, m.User, true
 	}
 	return "", "", false

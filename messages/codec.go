@@ -87,6 +87,8 @@ func buildCatalog() *registry {
 	register[ModelsResponse](r, "models_response.v1")
 	register[RateLimitsRequest](r, "rate_limits_request.v1")
 	register[RateLimitsResponse](r, "rate_limits_response.v1")
+	// Threads (messages/threads.go).
+	registerThreads(r)
 	// Errors.
 	register[Rejected](r, "rejected.v1")
 	return r

@@ -19,7 +19,7 @@ import (
 func samples() []any {
 	exit := 2
 	zero := 0
-	return []any{
+	return append([]any{
 		StartRound{
 			RoundID: "r-1", User: "u1", Thread: "mesh/thread/42", Text: "hello 🌍",
 			ClientMessageID: "c-9", Model: "gpt-5-codex", Effort: "high", AutoApprove: true,
@@ -80,7 +80,7 @@ func samples() []any {
 			{LimitID: "other"},
 		}},
 		Rejected{Type: "start_login.v1", Reason: "user is empty"},
-	}
+	}, surfaceSamples()...)
 }
 
 // zeroValues returns the zero value of every registered type.

@@ -18,8 +18,12 @@ func (m StartRound) String() string {
 	b.WriteString("StartRound{")
 	fmt.Fprintf(&b, "RoundID:%q User:%q Thread:%q Text:<%d bytes> ClientMessageID:%q Model:%q Effort:%q AutoApprove:%t",
 		m.RoundID, m.User, m.Thread, len(m.Text), m.ClientMessageID, m.Model, m.Effort, m.AutoApprove)
-	fmt.Fprintf(&b, " DeveloperInstructions:<%d bytes> MCPURL:%q MCPToken:%q History:<%d turns, %d bytes> ReplyTo:%q}",
+	fmt.Fprintf(&b, " DeveloperInstructions:<%d bytes> MCPURL:%q MCPToken:%q History:<%d turns, %d bytes> ReplyTo:%q",
 		len(m.DeveloperInstructions), safeURL(m.MCPURL), secretString(m.MCPToken), len(m.History), historyLen(m.History), replyTo(m.ReplyTo))
+	if s := surfaceSizes(m); s != "" {
+		b.WriteString(" " + s)
+	}
+	b.WriteString("}")
 	return b.String()
 }
 
@@ -43,6 +47,9 @@ func (m StartRound) LogValue() slog.Value {
 		slog.Int("history_turns", len(m.History)),
 		slog.Int("history_bytes", historyLen(m.History)),
 		slog.String("reply_to", replyTo(m.ReplyTo)),
+	}
+	if s := surfaceSizes(m); s != "" {
+		attrs = append(attrs, slog.String("surface", s))
 	}
 	return slog.GroupValue(attrs...)
 }

@@ -55,6 +55,24 @@ type StartRound struct {
 	// AskTimeoutMS is the deadline of each request put to the caller
 	// under PolicyAsk, in milliseconds; 0 means DefaultAskTimeoutMS.
 	AskTimeoutMS int64 `msgpack:"ask_timeout_ms,omitempty"`
+
+	// The wider surface (messages/surface.go).
+
+	// OutputSchema is a JSON Schema (a JSON object, as text) the final
+	// answer must follow; the verdict's StructuredOutput carries it.
+	OutputSchema string `msgpack:"output_schema,omitempty"`
+	// Images are given to codex with Text.
+	Images []ImageInput `msgpack:"images,omitempty"`
+	// AdditionalContext is ambient context given beside Text.
+	AdditionalContext []ContextEntry `msgpack:"additional_context,omitempty"`
+	// Sandbox is the round's sandbox mode (Sandbox*), within the bound the
+	// operator sets; empty means the daemon's default.
+	Sandbox string `msgpack:"sandbox,omitempty"`
+	// ApprovalPolicy is the round's approval policy (Approval*), among those
+	// the operator allows; empty means the daemon's default.
+	ApprovalPolicy string `msgpack:"approval_policy,omitempty"`
+	// StreamCommandOutput asks for KindCommandOutput events.
+	StreamCommandOutput bool `msgpack:"stream_command_output,omitempty"`
 }
 
 // Roles of a [Turn].
@@ -112,6 +130,16 @@ type RoundEvent struct {
 	Usage  *Usage      `msgpack:"usage,omitempty"`
 	// Request is the payload of KindRequest and KindRequestClosed.
 	Request *ServerRequest `msgpack:"request,omitempty"`
+
+	// The wider surface (messages/surface.go).
+
+	// AgentThread is the codex thread of the subagent the event comes
+	// from; empty for the round's own thread.
+	AgentThread string        `msgpack:"agent_thread,omitempty"`
+	Subagent    *Subagent     `msgpack:"subagent,omitempty"`
+	Reroute     *ModelReroute `msgpack:"reroute,omitempty"`
+	// ErrorInfo classifies a KindError or KindRetry event.
+	ErrorInfo *ErrorInfo `msgpack:"error_info,omitempty"`
 }
 
 // ToolCall describes a tool call (a command, a patch, an MCP tool) codex
@@ -132,6 +160,11 @@ type FileChange struct {
 	Path string `msgpack:"path,omitempty"`
 	// Kind is codex's change kind: "add", "delete" or "update".
 	Kind string `msgpack:"kind,omitempty"`
+	// Diff is the change as a unified diff hunk (possibly truncated); for
+	// an added file, its content.
+	Diff string `msgpack:"diff,omitempty"`
+	// MovePath is where an update moves the file, if it does.
+	MovePath string `msgpack:"move_path,omitempty"`
 }
 
 // ToolResult describes how a tool call ended; it is the payload of a
@@ -146,6 +179,8 @@ type ToolResult struct {
 	// Failed reports that the call failed; Fault says why.
 	Failed bool   `msgpack:"failed,omitempty"`
 	Fault  string `msgpack:"fault,omitempty"`
+	// Structured is an MCP tool's structuredContent, as JSON text.
+	Structured string `msgpack:"structured,omitempty"`
 }
 
 // Usage holds the token counts codex reported; it is the payload of a
@@ -206,6 +241,16 @@ type RoundFinished struct {
 	// next round, wherever it runs. Only set with StatusFailed or
 	// StatusUnavailable.
 	Retryable bool `msgpack:"retryable,omitempty"`
+
+	// The wider surface (messages/surface.go).
+
+	// Model is the model that ran the turn, after any reroute.
+	Model string `msgpack:"model,omitempty"`
+	// StructuredOutput is the final answer of a round with an OutputSchema,
+	// as JSON text.
+	StructuredOutput string `msgpack:"structured_output,omitempty"`
+	// ErrorInfo classifies the failure; CodexErrorInfo stays the raw form.
+	ErrorInfo *ErrorInfo `msgpack:"error_info,omitempty"`
 }
 
 // InterruptRound asks the daemon to interrupt the running round of User on

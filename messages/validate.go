@@ -81,6 +81,7 @@ func (m StartRound) Validate() error {
 	if m.AskTimeoutMS < 0 || m.AskTimeoutMS > MaxAskTimeoutMS {
 		c.failf("ask_timeout_ms is %d, want 0 to %d", m.AskTimeoutMS, MaxAskTimeoutMS)
 	}
+	validateSurface(&c, m)
 	return c.err
 }
 

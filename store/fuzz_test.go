@@ -13,25 +13,31 @@ import (
 // FuzzRegistryRead checks that the thread record reader never panics, fails
 // only with ErrCorrupt, and accepts only what it would write itself.
 func FuzzRegistryRead(f *testing.F) {
-	f.Add(formatThreadRecord(testKeyHash, testThread))
-	f.Add(formatThreadRecord(testKeyHash, strings.ToUpper(testThread)))
+	f.Add(formatThreadRecord(testKey, testThread))
+	f.Add(formatThreadRecord(testKey, strings.ToUpper(testThread)))
+	f.Add(formatFields(threadHeaderV1, "key", testKeyHash, "thread", testThread))
 	f.Add([]byte("meshweaver-thread v1\nkey \nthread \n"))
+	f.Add([]byte("meshweaver-thread v2\nkey \nthread \nmesh \n"))
 	f.Add([]byte("meshweaver-thread v1\n"))
 	f.Add([]byte(""))
 	f.Add([]byte("\n\n\n"))
 	f.Add([]byte(testThread))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		hash, thread, err := parseThreadRecord(data)
+		rec, err := parseThreadRecord(data)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error %v is not ErrCorrupt", err)
 			}
 			return
 		}
-		if !IsUUID(thread) || !isLowerHex(hash, 64) {
-			t.Fatalf("accepted hash %q thread %q", hash, thread)
+		if !IsUUID(rec.thread) || !isLowerHex(rec.hash, 64) {
+			t.Fatalf("accepted hash %q thread %q", rec.hash, rec.thread)
 		}
-		if again := formatThreadRecord(hash, thread); !bytes.Equal(again, data) {
+		again := formatFields(threadHeaderV1, "key", rec.hash, "thread", rec.thread)
+		if rec.version == 2 {
+			again = formatThreadRecord(rec.key, rec.thread)
+		}
+		if !bytes.Equal(again, data) {
 			t.Fatalf("accepted %q but writes %q", data, again)
 		}
 	})

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/base64"
 	"errors"
 	"os"
 	"path/filepath"
@@ -42,7 +43,7 @@ func TestRegistryRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "meshweaver-thread v1\nkey " + testKeyHash + "\nthread " + testThread + "\n"
+	want := "meshweaver-thread v2\nkey " + testKeyHash + "\nthread " + testThread + "\nmesh " + base64.StdEncoding.EncodeToString([]byte(testKey)) + "\n"
 	if string(data) != want {
 		t.Errorf("file = %q, want %q", data, want)
 	}

@@ -275,9 +275,9 @@ func TestEventKinds(t *testing.T) {
 		if call == nil || res == nil {
 			return
 		}
-		want := []messages.FileChange{
-			{Path: filepath.Join(e.workspace, "notes", "new.txt"), Kind: "add"},
-			{Path: filepath.Join(e.workspace, "hello.txt"), Kind: "update"},
+		want := []messages.FileChange{ // with their diffs (issue 15)
+			{Path: filepath.Join(e.workspace, "notes", "new.txt"), Kind: "add", Diff: "hello patch\n"},
+			{Path: filepath.Join(e.workspace, "hello.txt"), Kind: "update", Diff: "@@ -1 +1 @@\n-old line\n+new line\n"},
 		}
 		got := slices.Clone(call.Paths)
 		slices.SortFunc(got, func(a, b messages.FileChange) int { return strings.Compare(a.Kind, b.Kind) })

@@ -1,0 +1,257 @@
+package actors
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/messages"
+)
+
+// The inputs of a round beyond its text, turned into turn/start fields:
+// pure functions apart from the image files they check. The round calls
+// turnStartParams when it starts its turn.
+
+// errInput wraps the errors of a round's inputs: the round ends rejected.
+var errInput = errors.New("invalid round input")
+
+// policyBounds are the operator's bounds on a round's sandbox and approval
+// policy (serve flags), and the defaults of a round that asks for none.
+type policyBounds struct {
+	// MaxSandbox is the most permissive sandbox a round may ask for.
+	MaxSandbox string
+	// Approvals are the approval policies a round may ask for.
+	Approvals []string
+	// Sandbox and Approval are used when the round asks for none.
+	Sandbox, Approval string
+}
+
+// withDefaults fills what the operator left unset: the daemon's defaults
+// (read-only, never), its sandbox as the bound, its approval policy as the
+// only one allowed.
+func (b policyBounds) withDefaults() policyBounds {
+	b.Sandbox = orDefault(b.Sandbox, messages.SandboxReadOnly)
+	b.Approval = orDefault(b.Approval, messages.ApprovalNever)
+	b.MaxSandbox = orDefault(b.MaxSandbox, b.Sandbox)
+	if len(b.Approvals) == 0 {
+		b.Approvals = []string{b.Approval}
+	}
+	return b
+}
+
+// sandboxRank orders sandbox modes by what they let a command do.
+var sandboxRank = map[string]int{
+	messages.SandboxReadOnly:         0,
+	messages.SandboxWorkspaceWrite:   1,
+	messages.SandboxDangerFullAccess: 2,
+}
+
+// approvalSafety orders approval policies by how much codex asks (and the
+// daemon, without auto_approve, declines): untrusted asks the most.
+var approvalSafety = []string{messages.ApprovalUntrusted, messages.ApprovalOnRequest, messages.ApprovalNever}
+
+// clampPolicy gives the sandbox and approval policy a round runs with: what
+// it asked for, within the operator's bounds. A sandbox above MaxSandbox
+// becomes MaxSandbox; an approval policy that is not allowed becomes the
+// allowed one that asks the most. Each clamp is described in notes, for the
+// caller. An unknown mode (validation lets none through) is an error.
+func clampPolicy(sandbox, approval string, b policyBounds) (outSandbox, outApproval string, notes []string, err error) {
+	outSandbox, outApproval = orDefault(sandbox, b.Sandbox), orDefault(approval, b.Approval)
+	got, ok := sandboxRank[outSandbox]
+	max, okMax := sandboxRank[b.MaxSandbox]
+	if !ok || !okMax {
+		return "", "", nil, fmt.Errorf("%w: sandbox %q or bound %q is not a sandbox mode", errInput, outSandbox, b.MaxSandbox)
+	}
+	if got > max {
+		notes = append(notes, fmt.Sprintf("sandbox %s is above this daemon's bound; the round runs with %s", outSandbox, b.MaxSandbox))
+		outSandbox = b.MaxSandbox
+	}
+	if !slices.Contains(approvalSafety, outApproval) {
+		return "", "", nil, fmt.Errorf("%w: approval policy %q is not one of %s", errInput, outApproval, strings.Join(approvalSafety, ", "))
+	}
+	if !slices.Contains(b.Approvals, outApproval) {
+		safest := ""
+		for _, a := range approvalSafety {
+			if slices.Contains(b.Approvals, a) {
+				safest = a
+				break
+			}
+		}
+		if safest == "" {
+			return "", "", nil, fmt.Errorf("%w: this daemon allows no approval policy", errInput)
+		}
+		notes = append(notes, fmt.Sprintf("approval policy %s is not allowed by this daemon; the round runs with %s", outApproval, safest))
+		outApproval = safest
+	}
+	return outSandbox, outApproval, notes, nil
+}
+
+// sandboxPolicy is turn/start's form of a sandbox mode.
+func sandboxPolicy(mode string) *codexrpc.SandboxPolicy {
+	switch mode {
+	case messages.SandboxReadOnly:
+		return &codexrpc.SandboxPolicy{Type: codexrpc.PolicyReadOnly}
+	case messages.SandboxWorkspaceWrite:
+		return &codexrpc.SandboxPolicy{Type: codexrpc.PolicyWorkspaceWrite}
+	case messages.SandboxDangerFullAccess:
+		return &codexrpc.SandboxPolicy{Type: codexrpc.PolicyDangerFullAccess}
+	}
+	return nil
+}
+
+// outputSchema checks a round's output schema (a JSON object within
+// MaxOutputSchemaLen) and returns it for turn/start; nil when there is none.
+func outputSchema(text string) (json.RawMessage, error) {
+	if text == "" {
+		return nil, nil
+	}
+	if len(text) > messages.MaxOutputSchemaLen {
+		return nil, fmt.Errorf("%w: output schema is %d bytes, max %d", errInput, len(text), messages.MaxOutputSchemaLen)
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(text), &obj); err != nil || obj == nil {
+		return nil, fmt.Errorf("%w: output schema is not a JSON object", errInput)
+	}
+	return json.RawMessage(text), nil
+}
+
+// imageInputs turns a round's images into turn/start input items: a data
+// URL as an image item, a workspace path as a localImage item with the
+// file's real path. A path must resolve, symlinks followed, to a regular
+// file of at most MaxImageLen bytes inside workspace. Errors name the
+// image by index, never its data.
+func imageInputs(images []messages.ImageInput, workspace string) ([]codexrpc.InputItem, error) {
+	if len(images) == 0 {
+		return nil, nil
+	}
+	root, err := filepath.EvalSymlinks(workspace)
+	if err != nil {
+		return nil, fmt.Errorf("resolving the workspace: %w", err)
+	}
+	out := make([]codexrpc.InputItem, 0, len(images))
+	for i, im := range images {
+		switch {
+		case im.DataURL != "" && im.Path == "":
+			if _, err := messages.DecodeDataURL(im.DataURL); err != nil {
+				return nil, fmt.Errorf("%w: image %d: %v", errInput, i, err)
+			}
+			out = append(out, codexrpc.InputItem{Type: codexrpc.InputImage, URL: im.DataURL})
+		case im.Path != "" && im.DataURL == "":
+			p, err := workspaceFile(root, im.Path)
+			if err != nil {
+				return nil, fmt.Errorf("%w: image %d: %v", errInput, i, err)
+			}
+			out = append(out, codexrpc.InputItem{Type: codexrpc.InputLocalImage, Path: p})
+		default:
+			return nil, fmt.Errorf("%w: image %d needs exactly one of data_url and path", errInput, i)
+		}
+	}
+	return out, nil
+}
+
+// workspaceFile resolves rel inside root (itself resolved): the real path
+// of a regular file of at most MaxImageLen bytes that stays inside root.
+func workspaceFile(root, rel string) (string, error) {
+	if rel == "" || filepath.IsAbs(rel) || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("path %q is not inside the workspace", clip(rel, 200))
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(root, rel))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("path %q does not exist in the workspace", clip(rel, 200))
+		}
+		return "", fmt.Errorf("path %q: %w", clip(rel, 200), err)
+	}
+	if r, err := filepath.Rel(root, real); err != nil || !filepath.IsLocal(r) {
+		return "", fmt.Errorf("path %q leads out of the workspace", clip(rel, 200))
+	}
+	fi, err := os.Stat(real)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("path %q: %w", clip(rel, 200), err)
+	case !fi.Mode().IsRegular():
+		return "", fmt.Errorf("path %q is not a regular file", clip(rel, 200))
+	case fi.Size() > messages.MaxImageLen:
+		return "", fmt.Errorf("path %q is %d bytes, max %d", clip(rel, 200), fi.Size(), messages.MaxImageLen)
+	}
+	return real, nil
+}
+
+// contextKind is an entry's kind, application by default.
+func contextKind(e messages.ContextEntry) string {
+	if e.Kind == messages.ContextUntrusted {
+		return codexrpc.ContextUntrusted
+	}
+	return codexrpc.ContextApplication
+}
+
+// nativeContext is turn/start's additionalContext map of a round's
+// entries; nil when there are none.
+func nativeContext(entries []messages.ContextEntry) map[string]codexrpc.AdditionalContextEntry {
+	if len(entries) == 0 {
+		return nil
+	}
+	out := make(map[string]codexrpc.AdditionalContextEntry, len(entries))
+	for _, e := range entries {
+		out[e.Key] = codexrpc.AdditionalContextEntry{Kind: contextKind(e), Value: e.Value}
+	}
+	return out
+}
+
+// foldContext appends a round's context entries to its text, for a CLI
+// that predates additionalContext, in the tags the CLI itself would use:
+// <key>value</key> for application context, <external_key>value</external_key>
+// for untrusted context.
+func foldContext(text string, entries []messages.ContextEntry) string {
+	if len(entries) == 0 {
+		return text
+	}
+	var b strings.Builder
+	b.WriteString(text)
+	for _, e := range entries {
+		tag := e.Key
+		if contextKind(e) == codexrpc.ContextUntrusted {
+			tag = "external_" + e.Key
+		}
+		fmt.Fprintf(&b, "\n\n<%s>\n%s\n</%s>", tag, e.Value, tag)
+	}
+	return b.String()
+}
+
+// turnStartParams builds turn/start for a round: base (thread, text,
+// model, effort, client id, summary) with the round's images, output
+// schema, context (native when the CLI of version v supports it, else
+// folded into the text) and its sandbox and approval policy within b.
+// notes are the clamps to tell the caller about.
+func turnStartParams(base codexrpc.TurnStartParams, req messages.StartRound, workspace string, v codexrpc.Version, b policyBounds) (p codexrpc.TurnStartSurfaceParams, notes []string, err error) {
+	p.TurnStartParams = base
+	text := req.Text
+	if v.SupportsAdditionalContext() {
+		p.AdditionalContext = nativeContext(req.AdditionalContext)
+	} else {
+		text = foldContext(text, req.AdditionalContext)
+	}
+	p.Input = []codexrpc.InputItem{{Type: codexrpc.InputText, Text: text}}
+	images, err := imageInputs(req.Images, workspace)
+	if err != nil {
+		return p, nil, err
+	}
+	p.Input = append(p.Input, images...)
+	if p.OutputSchema, err = outputSchema(req.OutputSchema); err != nil {
+		return p, nil, err
+	}
+	// Always sent: codex keeps a turn's policy as the thread's default, so
+	// a round that asks for none must not inherit an earlier round's.
+	sandbox, approval, notes, err := clampPolicy(req.Sandbox, req.ApprovalPolicy, b.withDefaults())
+	if err != nil {
+		return p, nil, err
+	}
+	p.SandboxPolicy = sandboxPolicy(sandbox)
+	p.ApprovalPolicy = approval
+	return p, notes, nil
+}
