@@ -59,6 +59,10 @@ type Config struct {
 	// node, stopping the least recently used idle one (default 64).
 	IdleTimeout time.Duration
 	MaxLive     int
+	// ThreadIdle unloads a codex thread no round used for that long from
+	// its app-server (default 5 minutes); until then a round on it with
+	// the same settings needs no resume.
+	ThreadIdle time.Duration
 	// StallTimeout interrupts a turn that made no progress for that long
 	// (default 10 minutes).
 	StallTimeout time.Duration
@@ -148,6 +152,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 10 * time.Minute
+	}
+	if c.ThreadIdle <= 0 {
+		c.ThreadIdle = 5 * time.Minute
 	}
 	if c.MaxLive <= 0 {
 		c.MaxLive = 64

@@ -126,6 +126,8 @@ func (r *rootActor) Receive(c *actor.Context) {
 		r.toUser(c, m.User, m, m.Validate())
 	case messages.RateLimitsRequest:
 		r.toUser(c, m.User, m, m.Validate())
+	case messages.WarmUp:
+		r.toUser(c, m.User, m, m.Validate())
 	default:
 		r.reject(c, fmt.Errorf("%w: the daemon does not accept %T", messages.ErrUnknownType, msg))
 	}

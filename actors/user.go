@@ -56,9 +56,9 @@ func (u *userActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
 	case actor.Started:
 		creds := store.NewCredentials(filepath.Join(filepath.Dir(u.home), "meshweaver"))
-		u.codex = c.SpawnChild(newCodexActor(u.cfg, u.user, u.home, creds), "codex", spawnOpts("main", u.log, nil)...)
-		u.login = c.SpawnChild(newLoginActor(u.cfg, u.user, u.codex, creds), "login", spawnOpts("main", u.log, nil)...)
 		u.registry = c.SpawnChild(newRegistryActor(u.cfg, u.user, u.home), "registry", spawnOpts("main", u.log, nil)...)
+		u.codex = c.SpawnChild(newAppServerActor(u.cfg, u.user, u.home, creds, u.registry), "codex", spawnOpts("main", u.log, nil)...)
+		u.login = c.SpawnChild(newLoginActor(u.cfg, u.user, u.codex, creds), "login", spawnOpts("main", u.log, nil)...)
 		u.lastActive = time.Now()
 		e, self := c.Engine(), c.PID()
 		u.timer = time.AfterFunc(u.cfg.UserIdle, func() { e.Send(self, userTick{}) })
@@ -96,6 +96,10 @@ func (u *userActor) Receive(c *actor.Context) {
 		messages.AccountRequest, messages.ModelsRequest, messages.RateLimitsRequest:
 		u.active()
 		c.Engine().SendWithSender(u.login, m, c.Sender())
+	case messages.WarmUp:
+		u.active()
+		c.Send(u.codex, warmUp{key: m.Thread, reply: c.Sender(), secrets: []string{m.MCPToken},
+			settings: roundSettings(u.cfg, m.DeveloperInstructions, m.MCPURL, m.MCPToken)})
 	}
 }
 
@@ -152,7 +156,7 @@ func (u *userActor) startRound(c *actor.Context, ts *threadState, req roundReque
 	// The actor id is ours, not the caller's round id: it must be unique
 	// and free of path separators whatever the caller sends.
 	id := "r" + strconv.FormatUint(u.seq, 10)
-	ts.active = c.SpawnChild(newRoundActor(u.cfg, req, id, u.codex, u.registry), "round",
+	ts.active = c.SpawnChild(newRoundActor(u.cfg, req, u.codex, u.registry), "round",
 		spawnOpts(id, u.log, roundPanicked)...)
 	ts.roundID = req.RoundID
 }

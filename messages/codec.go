@@ -69,6 +69,8 @@ func buildCatalog() *registry {
 	register[InterruptRound](r, "interrupt_round.v1")
 	register[SteerRound](r, "steer_round.v1")
 	register[RoundControlled](r, "round_controlled.v1")
+	register[WarmUp](r, "warm_up.v1")
+	register[WarmedUp](r, "warmed_up.v1")
 	// Login and credentials.
 	register[StartLogin](r, "start_login.v1")
 	register[LoginChallenge](r, "login_challenge.v1")

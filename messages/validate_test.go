@@ -130,6 +130,10 @@ func TestOtherValidate(t *testing.T) {
 		{"models_request.v1", ModelsRequest{User: "u"}, ""},
 		{"models_request.v1", ModelsRequest{}, "user is empty"},
 		{"rate_limits_request.v1", RateLimitsRequest{User: "u"}, ""},
+		{"warm_up.v1", WarmUp{User: "u", Thread: "mesh/t", MCPURL: "https://h/mcp", MCPToken: "t"}, ""},
+		{"warm_up.v1", WarmUp{User: "u"}, ""},
+		{"warm_up.v1", WarmUp{Thread: "t"}, "warm_up.v1: invalid message: user is empty"},
+		{"warm_up.v1", WarmUp{User: "u", MCPToken: "SECRET"}, "mcp_token is set without mcp_url"},
 		{"rate_limits_request.v1", RateLimitsRequest{}, "rate_limits_request.v1: invalid message: user is empty"},
 	}
 	for _, tt := range tests {
@@ -143,7 +147,7 @@ func TestOtherValidate(t *testing.T) {
 // has a Validate method.
 func TestCommandsValidate(t *testing.T) {
 	for _, v := range []any{StartRound{}, InterruptRound{}, SteerRound{}, StartLogin{}, CancelLogin{},
-		SetAPIKey{}, Logout{}, AccountRequest{}, ModelsRequest{}, RateLimitsRequest{}} {
+		SetAPIKey{}, Logout{}, AccountRequest{}, ModelsRequest{}, RateLimitsRequest{}, WarmUp{}} {
 		if _, ok := v.(interface{ Validate() error }); !ok {
 			t.Errorf("%T has no Validate method", v)
 		}
