@@ -129,12 +129,16 @@ type appServerActor struct {
 	creds    *store.Credentials
 	redact   *codexrpc.Redactor
 
-	lastUse     time.Time
-	restartNext bool // the next start follows a death
-	restarts    restartPolicy
-	delay       *time.Timer // a backed-off start
-	lastHeard   time.Time   // the process last said something
-	probing     bool        // a health call is in flight
+	lastUse      time.Time
+	cap          *actor.PID // the node's cap actor
+	parent       *actor.PID // the user actor
+	reported     time.Time  // the last use the cap actor heard of
+	reportedBusy bool
+	restartNext  bool // the next start follows a death
+	restarts     restartPolicy
+	delay        *time.Timer // a backed-off start
+	lastHeard    time.Time   // the process last said something
+	probing      bool        // a health call is in flight
 
 	// Goroutines: start attempts, exit watchers and stops. Processes a
 	// start produced are in live until stopped, so Stopped can end even
@@ -145,10 +149,10 @@ type appServerActor struct {
 	down bool
 }
 
-func newAppServerActor(cfg *Config, user, home string, creds *store.Credentials, registry *actor.PID) actor.Producer {
+func newAppServerActor(cfg *Config, user, home string, creds *store.Credentials, registry, cap *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &appServerActor{
-			cfg: cfg, user: user, home: home, creds: creds, redact: &codexrpc.Redactor{}, registry: registry,
+			cfg: cfg, user: user, home: home, creds: creds, redact: &codexrpc.Redactor{}, registry: registry, cap: cap,
 			warming:  make(map[string][]warmUp),
 			restarts: newRestartPolicy(cfg),
 			log:      cfg.Logger.With("user", userTag(user), "actor", "appserver"),
@@ -163,7 +167,7 @@ func newAppServerActor(cfg *Config, user, home string, creds *store.Credentials,
 func (a *appServerActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
 	case actor.Started:
-		a.engine, a.self = c.Engine(), c.PID()
+		a.engine, a.self, a.parent = c.Engine(), c.PID(), c.Parent()
 		a.ticker = c.SendRepeat(c.PID(), tick{}, tickInterval(min(a.cfg.IdleTimeout, a.cfg.CallTimeout, a.cfg.ThreadIdle)))
 	case actor.Stopped:
 		a.ticker.Stop()
@@ -599,29 +603,38 @@ func (a *appServerActor) idle() bool {
 	return a.proc != nil && a.threads.active() == 0 && a.pinned == nil && len(a.calls) == 0 && len(a.queue) == 0
 }
 
-// holdCap stops this app-server when it is idle and among those the node
-// must shed to be back under MaxLive: a start sheds what it can, but a pin
-// or a round that ends later leaves the node over the cap until someone
-// idle checks again (on unpin, unsubscribe, release and every tick).
+// holdCap reports this app-server's use to the cap actor, which asks the
+// least recently used idle ones to stop when the node is over MaxLive: a
+// start sheds what it can, and a pin or a round that ends later leaves the
+// node over the cap until an app-server reports itself idle (on unpin,
+// unsubscribe, a call's end and every tick).
 func (a *appServerActor) holdCap() {
-	if !a.idle() {
-		return
-	}
-	for _, v := range a.cfg.live.victims(nil, a.cfg.MaxLive) {
-		if v.Equals(a.self) {
-			a.cfg.Metrics.Evictions.WithLabelValues("cap").Inc()
-			a.evict("the node is over its cap of live app-servers")
-			return
-		}
+	if a.proc != nil {
+		a.report(false)
 	}
 }
 
-// touch records a use, for idle eviction and the node's LRU choice.
+// touch records a use, for idle eviction and the node's LRU choice. The
+// cap actor hears of it when the process turns busy or idle, and at most
+// once a second otherwise.
 func (a *appServerActor) touch() {
 	a.lastUse = time.Now()
-	if a.proc != nil {
-		a.cfg.live.set(a.self, a.lastUse, !a.idle())
+	if a.proc != nil && (a.idle() == a.reportedBusy || a.lastUse.Sub(a.reported) >= time.Second) {
+		a.report(false)
 	}
+}
+
+// report tells the cap actor about the live process.
+func (a *appServerActor) report(started bool) {
+	busy := !a.idle()
+	a.reported, a.reportedBusy = a.lastUse, busy
+	a.engine.Send(a.cap, liveUse{pid: a.self, lastUse: a.lastUse, busy: busy, started: started})
+}
+
+// gone tells the cap actor (and the user actor) that the process is gone.
+func (a *appServerActor) gone() {
+	a.engine.Send(a.cap, liveGone{pid: a.self})
+	a.engine.Send(a.parent, appServerLive{live: false})
 }
 
 // crashed counts an unexpected death; past the limit the user cools down.
@@ -800,11 +813,10 @@ func (a *appServerActor) started(m codexStarted) {
 		a.restartNext = false
 	}
 	a.log.Info("codex app-server ready", "pid", m.proc.PID(), "version", m.version.String())
-	a.touch()
+	a.lastUse = time.Now()
+	a.engine.Send(a.parent, appServerLive{live: true})
 	a.flushQueue()
-	for _, v := range a.cfg.live.victims(a.self, a.cfg.MaxLive) {
-		a.engine.Send(v, evictNow{})
-	}
+	a.report(true)
 }
 
 func (a *appServerActor) exited(m codexExited) {
@@ -864,7 +876,7 @@ func (a *appServerActor) lose(lost error) {
 	a.keying = false
 	clear(a.loaded)
 	a.proc = nil
-	a.cfg.live.remove(a.self)
+	a.gone()
 }
 
 // healthTimeout bounds a health call: a live app-server answers one in
@@ -1099,7 +1111,7 @@ func (a *appServerActor) shutdown() {
 	}
 	// A start still in flight sees down and stops what it made.
 	a.wg.Wait()
-	a.cfg.live.remove(a.self)
+	a.engine.Send(a.cap, liveGone{pid: a.self})
 	for _, k := range a.calls {
 		k.timer.Stop()
 	}

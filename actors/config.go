@@ -92,7 +92,6 @@ type Config struct {
 	// Metrics receives the counters (unregistered ones when nil).
 	Metrics *Metrics
 
-	live   *liveSet      // the node's live app-servers, for the MaxLive cap
 	rounds *gate         // rounds admitted and not yet given a verdict
 	sample *edge.Sampler // log lines about rejected input: 10 per reason per minute
 }
@@ -186,10 +185,7 @@ func (c *Config) setDefaults() error {
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
 	}
-	c.live = newLiveSet()
 	c.rounds = &gate{}
 	c.sample = edge.NewSampler(10, time.Minute)
-	gauge := c.Metrics.LiveAppServers
-	c.live.onCount = func(n int) { gauge.Set(float64(n)) }
 	return nil
 }

@@ -43,6 +43,10 @@ type userGone struct {
 	pid  *actor.PID
 }
 
+// appServerLive tells the user actor whether its app-server has a live
+// process (a user with one is not reaped).
+type appServerLive struct{ live bool }
+
 // userTick is the user actor's idle check.
 type userTick struct{}
 

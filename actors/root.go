@@ -29,6 +29,7 @@ type rootActor struct {
 	log      *slog.Logger
 	draining bool
 	users    map[string]*userEntry // live user actors, by user id
+	cap      *actor.PID            // the node's cap of live app-servers
 }
 
 // userEntry is one live user actor as the root sees it.
@@ -78,7 +79,10 @@ func SpawnRoot(e *actor.Engine, cfg Config) (*actor.PID, error) {
 
 func (r *rootActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
-	case actor.Initialized, actor.Started, actor.Stopped:
+	case actor.Started:
+		r.cap = c.SpawnChild(newCapActor(r.cfg), "cap", spawnOpts("main", r.log, nil)...)
+		return
+	case actor.Initialized, actor.Stopped:
 		return
 	case drainRequest:
 		r.draining = true
@@ -271,7 +275,7 @@ func (r *rootActor) ensureUser(c *actor.Context, id string) error {
 
 func (r *rootActor) spawnUser(c *actor.Context, id, home string) {
 	r.cfg.Metrics.Users.Inc()
-	pid := c.SpawnChild(newUserActor(r.cfg, id, home), "user", spawnOpts(id, r.log, nil)...)
+	pid := c.SpawnChild(newUserActor(r.cfg, id, home, r.cap), "user", spawnOpts(id, r.log, nil)...)
 	r.users[id] = &userEntry{pid: pid}
 }
 

@@ -23,6 +23,8 @@ type userActor struct {
 	log  *slog.Logger
 
 	codex    *actor.PID
+	cap      *actor.PID // the node's cap actor, for the app-server actor
+	appLive  bool       // the app-server actor has a live process
 	registry *actor.PID
 	login    *actor.PID
 	threads  map[string]*threadState
@@ -42,10 +44,10 @@ type threadState struct {
 	queue   []roundRequest
 }
 
-func newUserActor(cfg *Config, user, home string) actor.Producer {
+func newUserActor(cfg *Config, user, home string, cap *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &userActor{
-			cfg: cfg, user: user, home: home,
+			cfg: cfg, user: user, home: home, cap: cap,
 			log:     cfg.Logger.With("user", userTag(user), "actor", "user"),
 			threads: make(map[string]*threadState),
 		}
@@ -57,7 +59,7 @@ func (u *userActor) Receive(c *actor.Context) {
 	case actor.Started:
 		creds := store.NewCredentials(filepath.Join(filepath.Dir(u.home), "meshweaver"))
 		u.registry = c.SpawnChild(newRegistryActor(u.cfg, u.user, u.home), "registry", spawnOpts("main", u.log, nil)...)
-		u.codex = c.SpawnChild(newAppServerActor(u.cfg, u.user, u.home, creds, u.registry), "codex", spawnOpts("main", u.log, nil)...)
+		u.codex = c.SpawnChild(newAppServerActor(u.cfg, u.user, u.home, creds, u.registry, u.cap), "codex", spawnOpts("main", u.log, nil)...)
 		u.login = c.SpawnChild(newLoginActor(u.cfg, u.user, u.codex, creds), "login", spawnOpts("main", u.log, nil)...)
 		u.lastActive = time.Now()
 		e, self := c.Engine(), c.PID()
@@ -81,6 +83,8 @@ func (u *userActor) Receive(c *actor.Context) {
 		c.Engine().Send(c.Parent(), userGone{user: u.user, pid: c.PID()})
 	case userTick:
 		u.checkIdle(c)
+	case appServerLive:
+		u.appLive = m.live
 	case roundRequest:
 		u.active()
 		u.admit(c, m)
@@ -120,7 +124,7 @@ func (u *userActor) checkIdle(c *actor.Context) {
 		u.timer.Reset(left)
 		return
 	}
-	if u.offered || len(u.threads) > 0 || u.cfg.live.has(u.codex) {
+	if u.offered || len(u.threads) > 0 || u.appLive {
 		u.timer.Reset(tickInterval(u.cfg.UserIdle))
 		return
 	}
