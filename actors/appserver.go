@@ -122,7 +122,9 @@ type appServerActor struct {
 	loaded   map[string]loadedThread // threads the current process holds
 	calls    map[uint64]*call
 	seq      uint64
-	keying   bool       // the stored API key is being written: the queue waits
+	keying   uint64 // a key check in flight (its number): the queue waits for keyChecked
+	keySeq   uint64
+	login    *actor.PID // the login actor, which sets the home's credentials up
 	pinned   *actor.PID // the login actor during a session
 	registry *actor.PID // the user's registry, for a warm-up's thread
 	warming  map[string][]warmUp
@@ -179,6 +181,7 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		if m.pin {
 			a.pinned = m.to
 		}
+		a.redact.Add(m.secrets...)
 		a.command(m)
 	case warmUp:
 		a.redact.Add(m.secrets...)
@@ -244,9 +247,14 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		a.holdCap()
 	case pinClient:
 		a.pinned = m.pin
-	case applyAPIKey:
-		if a.proc != nil {
-			a.writeKey()
+	case loginIs:
+		a.login = m.pid
+	case keyChecked:
+		if m.seq == a.keying {
+			a.keying = 0
+			if a.proc != nil {
+				a.flushQueue()
+			}
 		}
 	case tick:
 		a.unloadIdle()
@@ -276,18 +284,28 @@ func (a *appServerActor) Receive(c *actor.Context) {
 // process is ready, or once it is: a first command starts it.
 func (a *appServerActor) command(m any) {
 	a.touch()
+	if c, ok := m.(appCall); ok && (c.setup || c.ifLive) {
+		// The login actor's own setup call: it runs on the live process,
+		// ahead of what waits for it, or not at all.
+		if a.proc != nil {
+			a.run(m)
+		} else if !c.ifLive {
+			a.refuse(m, errors.New("no codex app-server is running"))
+		}
+		return
+	}
 	if a.proc != nil {
 		if _, err := os.Stat(a.home); err != nil {
 			// The home was removed under the running CLI (a recreated
-			// volume): start afresh, which recreates it and writes the
-			// stored key again.
+			// volume): start afresh, which recreates it and has the stored
+			// key written again.
 			a.log.Warn("the codex home disappeared; restarting the app-server", "err", err)
 			a.evict("its home was removed")
-		} else if !a.keying && a.needsKey() {
-			a.writeKey()
+		} else if a.keying == 0 {
+			a.checkKey()
 		}
 	}
-	if a.proc != nil && !a.keying {
+	if a.proc != nil && a.keying == 0 {
 		a.run(m)
 		return
 	}
@@ -768,7 +786,6 @@ func (a *appServerActor) launch() {
 			engine.Send(self, codexStartFailed{gen: gen, err: fmt.Errorf("initializing codex: %w", err)})
 			return
 		}
-		a.writeAPIKey(client)
 		engine.Send(self, codexStarted{gen: gen, proc: p, version: client.Version})
 	}()
 }
@@ -815,7 +832,10 @@ func (a *appServerActor) started(m codexStarted) {
 	a.log.Info("codex app-server ready", "pid", m.proc.PID(), "version", m.version.String())
 	a.lastUse = time.Now()
 	a.engine.Send(a.parent, appServerLive{live: true})
-	a.flushQueue()
+	a.checkKey()
+	if a.keying == 0 {
+		a.flushQueue()
+	}
 	a.report(true)
 }
 
@@ -873,7 +893,7 @@ func (a *appServerActor) lose(lost error) {
 		}
 	}
 	a.probing = false
-	a.keying = false
+	a.keying = 0
 	clear(a.loaded)
 	a.proc = nil
 	a.gone()
@@ -1035,62 +1055,20 @@ func (a *appServerActor) stopProc(p *codexrpc.Process) {
 	}
 }
 
-// needsKey reports a stored API key that the home does not hold.
-func (a *appServerActor) needsKey() bool {
-	if _, err := os.Stat(filepath.Join(a.home, "auth.json")); err == nil {
-		return false
-	}
-	_, ok, err := a.creds.APIKey()
-	return err == nil && ok
-}
-
-// writeAPIKey writes the user's stored API key into a fresh process's home
-// when the home holds no login yet. It runs on the start goroutine, before
-// the process is the actor's.
-func (a *appServerActor) writeAPIKey(client *codexrpc.Client) {
-	if !a.needsKey() {
+// checkKey has the login actor make sure the home holds the stored
+// credentials before the queued commands run (it writes the stored API key
+// into a home that lacks it, through a setup call): on every start and
+// before every command, as a home may lose its auth.json at any time. The
+// queue waits for keyChecked, or CallTimeout.
+func (a *appServerActor) checkKey() {
+	if a.login == nil {
 		return
 	}
-	key, _, err := a.creds.APIKey()
-	if err != nil {
-		return
-	}
-	a.redact.Add(key)
-	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.CallTimeout)
-	defer cancel()
-	if _, err := client.LoginStart(ctx, codexrpc.LoginStartParams{Type: codexrpc.LoginAPIKey, APIKey: key}); err != nil {
-		a.log.Error("writing the API key into the home", "err", a.redact.Redact(err.Error()))
-		return
-	}
-	a.log.Info("API key written into the home")
-}
-
-// writeKey writes the stored API key into the home through the running
-// process (a key stored now, or a home recreated under it); the queued
-// commands wait for its answer.
-func (a *appServerActor) writeKey() {
-	key, ok, err := a.creds.APIKey()
-	if err != nil {
-		a.log.Error("reading the stored API key", "err", err)
-		return
-	}
-	if !ok {
-		return
-	}
-	a.redact.Add(key)
-	a.keying = true
-	a.call(codexrpc.MethodLoginStart, codexrpc.LoginStartParams{Type: codexrpc.LoginAPIKey, APIKey: key}, "",
-		func(_ json.RawMessage, err error) {
-			a.keying = false
-			if err != nil {
-				a.log.Error("writing the API key into the home", "err", a.redact.Redact(err.Error()))
-			} else {
-				a.log.Info("API key written into the home")
-			}
-			if a.proc != nil {
-				a.flushQueue()
-			}
-		})
+	a.keySeq++
+	a.keying = a.keySeq
+	a.engine.Send(a.login, keyCheck{seq: a.keySeq})
+	engine, self, seq := a.engine, a.self, a.keySeq
+	time.AfterFunc(a.cfg.CallTimeout+time.Second, func() { engine.Send(self, keyChecked{seq: seq}) })
 }
 
 // shutdown is the destructor: it stops every process this actor started

@@ -86,6 +86,12 @@ type appCall struct {
 	to     *actor.PID
 	tag    any
 	pin    bool
+	// setup is the login actor's credentials call: it runs at once on the
+	// live process, ahead of the commands waiting for a key check; ifLive
+	// runs it only if a process is live (else it is dropped, unanswered).
+	setup, ifLive bool
+	// secrets the call carries: redacted from the process's stderr.
+	secrets []string
 }
 
 // appAnswer answers appCall: the call's result, or why there is none
@@ -123,9 +129,15 @@ type appServerStarting struct{}
 // unpinClient ends a pin.
 type unpinClient struct{ pin *actor.PID }
 
-// applyAPIKey asks the codex actor to write the stored API key into the
-// home now, when a process runs (otherwise the next start does).
-type applyAPIKey struct{}
+// loginIs tells the app-server actor which actor sets its home's
+// credentials up.
+type loginIs struct{ pid *actor.PID }
+
+// keyCheck asks the login actor to make sure the home holds the stored
+// credentials before the app-server actor runs what waits; keyChecked
+// answers it (after the key was written, when it had to be).
+type keyCheck struct{ seq uint64 }
+type keyChecked struct{ seq uint64 }
 
 // accountNote is an account/* notification, for the pinned login actor.
 type accountNote struct{ note *codexrpc.Notification }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 type loginActor struct {
 	cfg   *Config
 	user  string
+	home  string // the CODEX_HOME, whose credentials it sets up
 	log   *slog.Logger
 	codex *actor.PID
 	creds *store.Credentials
@@ -48,6 +51,7 @@ type loginExpired struct{ loginID string }
 // Tags of the login actor's calls (appCall), echoed in their answers.
 type (
 	loginStartCall struct{ seq uint64 }
+	keyWriteCall   struct{ check uint64 } // the key check it answers; 0 for none
 	logoutCall     struct{ requester *actor.PID }
 	accountCall    struct{ requester *actor.PID }
 	rateLimitsCall struct{ requester *actor.PID }
@@ -58,9 +62,9 @@ type (
 	}
 )
 
-func newLoginActor(cfg *Config, user string, codex *actor.PID, creds *store.Credentials) actor.Producer {
+func newLoginActor(cfg *Config, user, home string, codex *actor.PID, creds *store.Credentials) actor.Producer {
 	return func() actor.Receiver {
-		return &loginActor{cfg: cfg, user: user, codex: codex, creds: creds,
+		return &loginActor{cfg: cfg, user: user, home: home, codex: codex, creds: creds,
 			log: cfg.Logger.With("user", userTag(user), "actor", "login")}
 	}
 }
@@ -77,6 +81,8 @@ func (a *loginActor) Receive(c *actor.Context) {
 		a.startLogin(c.Sender())
 	case appAnswer:
 		a.answered(m)
+	case keyCheck:
+		a.checkKey(m.seq)
 	case accountNote:
 		a.accountNote(m.note)
 	case codexLost:
@@ -120,6 +126,15 @@ func (a *loginActor) call(method string, params any, tag any, pin bool) {
 func (a *loginActor) answered(m appAnswer) {
 	err := m.err
 	switch tag := m.tag.(type) {
+	case keyWriteCall:
+		if err != nil {
+			a.log.Error("writing the API key into the home", "err", err)
+		} else {
+			a.log.Info("API key written into the home")
+		}
+		if tag.check != 0 {
+			a.engine.Send(a.codex, keyChecked{seq: tag.check})
+		}
 	case loginStartCall:
 		if a.inflight == tag.seq {
 			a.inflight = 0
@@ -258,8 +273,33 @@ func (a *loginActor) setAPIKey(requester *actor.PID, m messages.SetAPIKey) {
 		return
 	}
 	a.log.Info("API key stored")
-	a.engine.Send(a.codex, applyAPIKey{})
+	// Written into the home now when an app-server runs; otherwise by the
+	// key check of the next start.
+	a.writeKey(m.APIKey, 0)
 	a.reply(requester, messages.APIKeyStored{User: a.user})
+}
+
+// checkKey answers the app-server actor's key check: a stored API key
+// that the home does not hold is written into it first.
+func (a *loginActor) checkKey(seq uint64) {
+	key, ok, err := a.creds.APIKey()
+	if err != nil {
+		a.log.Error("reading the stored API key", "err", err)
+	}
+	if _, serr := os.Stat(filepath.Join(a.home, "auth.json")); err != nil || !ok || serr == nil {
+		a.engine.Send(a.codex, keyChecked{seq: seq})
+		return
+	}
+	a.writeKey(key, seq)
+}
+
+// writeKey writes key into the home through the app-server (account/login/
+// start with the key): at once on the live process, answering key check
+// seq when it is not 0; with no live process, not at all.
+func (a *loginActor) writeKey(key string, seq uint64) {
+	a.engine.Send(a.codex, appCall{method: codexrpc.MethodLoginStart, to: a.self, tag: keyWriteCall{check: seq},
+		params: codexrpc.LoginStartParams{Type: codexrpc.LoginAPIKey, APIKey: key}, secrets: []string{key},
+		setup: true, ifLive: seq == 0})
 }
 
 func (a *loginActor) logout(requester *actor.PID) {
