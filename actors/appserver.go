@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/procs"
@@ -115,7 +117,7 @@ type appServerActor struct {
 	ticker actor.SendRepeater
 
 	gen      uint64
-	proc     *codexrpc.Process
+	proc     *codexproc.Process
 	starting bool
 	queue    []any // openThread and appCall waiting for a ready process
 	threads  threadRouter
@@ -129,7 +131,7 @@ type appServerActor struct {
 	registry *actor.PID // the user's registry, for a warm-up's thread
 	warming  map[string][]warmUp
 	creds    *store.Credentials
-	redact   *codexrpc.Redactor
+	redact   *codexproc.Redactor
 
 	lastUse      time.Time
 	cap          *actor.PID // the node's cap actor
@@ -147,21 +149,21 @@ type appServerActor struct {
 	// those whose start message never arrived.
 	wg   sync.WaitGroup
 	mu   sync.Mutex
-	live map[*codexrpc.Process]struct{}
+	live map[*codexproc.Process]struct{}
 	down bool
 }
 
 func newAppServerActor(cfg *Config, user, home string, creds *store.Credentials, registry, cap *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &appServerActor{
-			cfg: cfg, user: user, home: home, creds: creds, redact: &codexrpc.Redactor{}, registry: registry, cap: cap,
+			cfg: cfg, user: user, home: home, creds: creds, redact: &codexproc.Redactor{}, registry: registry, cap: cap,
 			warming:  make(map[string][]warmUp),
 			restarts: newRestartPolicy(cfg),
 			log:      cfg.Logger.With("user", userTag(user), "actor", "appserver"),
 			threads:  newThreadRouter(maxEarlyNotes),
 			loaded:   make(map[string]loadedThread),
 			calls:    make(map[uint64]*call),
-			live:     make(map[*codexrpc.Process]struct{}),
+			live:     make(map[*codexproc.Process]struct{}),
 		}
 	}
 }
@@ -381,13 +383,13 @@ func (a *appServerActor) failQueue(err error) {
 func (a *appServerActor) open(m openThread) {
 	fp := m.settings.fingerprint()
 	if m.threadID == "" {
-		a.call(codexrpc.MethodThreadStart, codexrpc.ThreadStartParams{
+		a.call(codexproto.MethodThreadStart, codexproto.ThreadStartParams{
 			Cwd: m.settings.Cwd, Sandbox: m.settings.Sandbox, ApprovalPolicy: m.settings.ApprovalPolicy,
 			DeveloperInstructions: m.settings.DeveloperInstructions, Config: m.settings.Config,
 		}, "", func(res json.RawMessage, err error) {
-			var t codexrpc.ThreadResult
+			var t codexproto.ThreadResult
 			if err == nil {
-				err = decodeResult(codexrpc.MethodThreadStart, res, &t)
+				err = decodeResult(codexproto.MethodThreadStart, res, &t)
 			}
 			if err != nil {
 				a.openFailed(m, err)
@@ -410,7 +412,7 @@ func (a *appServerActor) open(m openThread) {
 func (a *appServerActor) resume(m openThread, fp string) {
 	id := m.threadID
 	gen := a.gen
-	a.call(codexrpc.MethodThreadUnsub, codexrpc.ThreadReadParams{ThreadID: id}, id, func(_ json.RawMessage, err error) {
+	a.call(codexproto.MethodThreadUnsub, codexproto.ThreadReadParams{ThreadID: id}, id, func(_ json.RawMessage, err error) {
 		if err != nil && !errors.Is(err, codexrpc.ErrClosed) {
 			a.log.Debug("unsubscribing the thread before resuming it", "err", err)
 		}
@@ -426,7 +428,7 @@ func (a *appServerActor) resume(m openThread, fp string) {
 		// this round's: the unsubscribe's answer came after anything the
 		// thread said before.
 		a.threads.reopen(id)
-		a.call(codexrpc.MethodThreadResume, codexrpc.ThreadResumeParams{
+		a.call(codexproto.MethodThreadResume, codexproto.ThreadResumeParams{
 			ThreadID: id, Cwd: m.settings.Cwd, Sandbox: m.settings.Sandbox,
 			ApprovalPolicy: m.settings.ApprovalPolicy, DeveloperInstructions: m.settings.DeveloperInstructions,
 			Config: m.settings.Config, ExcludeTurns: true,
@@ -516,7 +518,7 @@ func (a *appServerActor) unloadIdle() {
 		}
 		delete(a.loaded, id)
 		a.log.Debug("unloading an idle thread", "thread", id)
-		a.call(codexrpc.MethodThreadUnsub, codexrpc.ThreadReadParams{ThreadID: id}, "", func(_ json.RawMessage, err error) {
+		a.call(codexproto.MethodThreadUnsub, codexproto.ThreadReadParams{ThreadID: id}, "", func(_ json.RawMessage, err error) {
 			if err != nil {
 				a.log.Debug("unloading an idle thread", "err", err)
 			}
@@ -536,7 +538,7 @@ func (a *appServerActor) call(method string, params any, thread string, then fun
 		a.loaded[thread] = lt
 	}
 	d := a.cfg.CallTimeout
-	if method == codexrpc.MethodThreadLoadedList {
+	if method == codexproto.MethodThreadLoadedList {
 		k.probe, d = true, a.healthTimeout()
 	}
 	engine, self, seq := a.engine, a.self, k.seq
@@ -689,13 +691,13 @@ func (a *appServerActor) start() {
 func (a *appServerActor) launch() {
 	gen := a.gen
 	engine, self := a.engine, a.self
-	cfg := codexrpc.Config{
+	cfg := codexproc.Config{
 		Binary:    a.cfg.CodexBin,
 		Args:      a.cfg.CodexArgs,
 		Home:      a.home,
 		Dir:       a.cfg.Workspace,
 		Overrides: a.cfg.Overrides,
-		Env:       codexrpc.AllowedEnv(environ(), a.cfg.CodexEnv),
+		Env:       codexproc.AllowedEnv(environ(), a.cfg.CodexEnv),
 		Logger:    a.log,
 		Redactor:  a.redact,
 		StopGrace: a.cfg.StopGrace,
@@ -738,7 +740,7 @@ func (a *appServerActor) launch() {
 		if iso := a.cfg.Isolation; iso != nil {
 			// Its uid, its home's owner and modes, its sandbox: before the
 			// start, on this goroutine (a first allocation chowns a home).
-			bin, err := codexrpc.ResolveBinary(cfg.Binary)
+			bin, err := codexproc.ResolveBinary(cfg.Binary)
 			if err == nil {
 				cfg.Binary = bin
 			}
@@ -753,7 +755,7 @@ func (a *appServerActor) launch() {
 				cfg.Dir = "/" // bubblewrap changes into the workspace itself
 			}
 		}
-		p, err := codexrpc.Start(cfg)
+		p, err := codexproc.Start(cfg)
 		if err != nil {
 			engine.Send(self, codexStartFailed{gen: gen, err: err})
 			return
@@ -780,8 +782,8 @@ func (a *appServerActor) launch() {
 
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.CallTimeout)
 		defer cancel()
-		client := codexrpc.NewClient(p.Conn())
-		if _, err := client.Initialize(ctx, codexrpc.ClientInfo{Name: a.cfg.ClientName, Version: Version}); err != nil {
+		client := codexproto.NewClient(p.Conn())
+		if _, err := client.Initialize(ctx, codexproto.ClientInfo{Name: a.cfg.ClientName, Version: Version}); err != nil {
 			a.stopProc(p)
 			engine.Send(self, codexStartFailed{gen: gen, err: fmt.Errorf("initializing codex: %w", err)})
 			return
@@ -792,7 +794,7 @@ func (a *appServerActor) launch() {
 
 // watch reports the process's end once its output is drained, so the error
 // carries the exit status and the stderr tail, and drops its pid record.
-func (a *appServerActor) watch(gen uint64, p *codexrpc.Process, record string) {
+func (a *appServerActor) watch(gen uint64, p *codexproc.Process, record string) {
 	defer a.wg.Done()
 	<-p.Exited()
 	<-p.Conn().Done()
@@ -913,7 +915,7 @@ func (a *appServerActor) probe() {
 		return
 	}
 	a.probing = true
-	a.call(codexrpc.MethodThreadLoadedList, struct{}{}, "", nil)
+	a.call(codexproto.MethodThreadLoadedList, struct{}{}, "", nil)
 }
 
 // hung acts on a health call that was not answered in time: the process
@@ -942,7 +944,7 @@ func (a *appServerActor) hung(gen uint64) {
 }
 
 // goStop stops a process on a goroutine the actor owns.
-func (a *appServerActor) goStop(p *codexrpc.Process) {
+func (a *appServerActor) goStop(p *codexproc.Process) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -968,7 +970,7 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 	if ok {
 		a.engine.Send(round, roundNote{note: n})
 	}
-	if n.Method == codexrpc.NoteMCPStartupStatus {
+	if n.Method == codexproto.NoteMCPStartupStatus {
 		a.mcpStartup(threadID, n, round)
 	}
 }
@@ -997,7 +999,7 @@ const maxMCPErrorLen = 1024
 // mcpStartup logs an MCP server's startup status (a failure at Warn, with
 // the server and its error) and broadcasts it.
 func (a *appServerActor) mcpStartup(threadID string, n *codexrpc.Notification, round *actor.PID) {
-	var s codexrpc.MCPStartupStatus
+	var s codexproto.MCPStartupStatus
 	if json.Unmarshal(n.Params, &s) != nil {
 		return
 	}
@@ -1041,13 +1043,13 @@ func (a *appServerActor) answer(m codexServerRequest) serverAnswer {
 	if question != "" && ok {
 		a.engine.Send(s.round, questionAsked{text: question})
 	}
-	if ok && (m.req.Method == codexrpc.ReqCommandApproval || m.req.Method == codexrpc.ReqFileChangeApproval) {
+	if ok && (m.req.Method == codexproto.ReqCommandApproval || m.req.Method == codexproto.ReqFileChangeApproval) {
 		a.engine.Send(s.round, approvalAnswered{req: m.req, approved: s.autoApprove})
 	}
 	return serverAnswer{result: res, err: err}
 }
 
-func (a *appServerActor) stopProc(p *codexrpc.Process) {
+func (a *appServerActor) stopProc(p *codexproc.Process) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*a.cfg.StopGrace)
 	defer cancel()
 	if err := p.Stop(ctx); err != nil {
@@ -1079,7 +1081,7 @@ func (a *appServerActor) shutdown() {
 	}
 	a.mu.Lock()
 	a.down = true
-	var all []*codexrpc.Process
+	var all []*codexproc.Process
 	for p := range a.live {
 		all = append(all, p)
 	}

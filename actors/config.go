@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/store"
@@ -19,7 +19,7 @@ type Config struct {
 	Homes string
 	// Workspace is the shared skills workspace every thread runs in.
 	Workspace string
-	// CodexBin is the codex executable (resolved with codexrpc.ResolveBinary).
+	// CodexBin is the codex executable (resolved with codexproc.ResolveBinary).
 	CodexBin string
 	// CodexArgs replaces "app-server" (for fakes in tests).
 	CodexArgs []string
@@ -111,10 +111,10 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	if c.Sandbox == "" {
-		c.Sandbox = codexrpc.SandboxReadOnly
+		c.Sandbox = codexproto.SandboxReadOnly
 	}
 	if c.ApprovalPolicy == "" {
-		c.ApprovalPolicy = codexrpc.ApprovalNever
+		c.ApprovalPolicy = codexproto.ApprovalNever
 	}
 	if c.ClientName == "" {
 		c.ClientName = "meshweaver-supervisor"

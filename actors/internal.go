@@ -3,6 +3,8 @@ package actors
 import (
 	"encoding/json"
 
+	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -145,8 +147,8 @@ type accountNote struct{ note *codexrpc.Notification }
 // codexStarted and codexStartFailed end a start attempt.
 type codexStarted struct {
 	gen     uint64
-	proc    *codexrpc.Process
-	version codexrpc.Version
+	proc    *codexproc.Process
+	version codexproto.Version
 }
 
 type codexStartFailed struct {

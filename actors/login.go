@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -139,9 +140,9 @@ func (a *loginActor) answered(m appAnswer) {
 		if a.inflight == tag.seq {
 			a.inflight = 0
 		}
-		var res codexrpc.LoginStartResult
+		var res codexproto.LoginStartResult
 		if err == nil {
-			err = decodeResult(codexrpc.MethodLoginStart, m.result, &res)
+			err = decodeResult(codexproto.MethodLoginStart, m.result, &res)
 		}
 		switch {
 		case err != nil && m.unavailable:
@@ -195,7 +196,7 @@ func (a *loginActor) startLogin(requester *actor.PID) {
 	seq := a.seq
 	a.inflight = seq
 	a.session = &loginSession{seq: seq, requesters: []*actor.PID{requester}}
-	a.call(codexrpc.MethodLoginStart, codexrpc.LoginStartParams{Type: codexrpc.LoginDeviceCode}, loginStartCall{seq: seq}, true)
+	a.call(codexproto.MethodLoginStart, codexproto.LoginStartParams{Type: codexproto.LoginDeviceCode}, loginStartCall{seq: seq}, true)
 }
 
 func (a *loginActor) started(seq uint64, challenge messages.LoginChallenge) {
@@ -216,10 +217,10 @@ func (a *loginActor) started(seq uint64, challenge messages.LoginChallenge) {
 }
 
 func (a *loginActor) accountNote(n *codexrpc.Notification) {
-	if n.Method != codexrpc.NoteLoginCompleted || a.session == nil || a.session.challenge == nil {
+	if n.Method != codexproto.NoteLoginCompleted || a.session == nil || a.session.challenge == nil {
 		return
 	}
-	var done codexrpc.LoginCompleted
+	var done codexproto.LoginCompleted
 	if json.Unmarshal(n.Params, &done) != nil {
 		return
 	}
@@ -264,7 +265,7 @@ func (a *loginActor) cancelCall(loginID string) {
 	if loginID == "" {
 		return
 	}
-	a.call(codexrpc.MethodLoginCancel, codexrpc.LoginCancelParams{LoginID: loginID}, nil, false)
+	a.call(codexproto.MethodLoginCancel, codexproto.LoginCancelParams{LoginID: loginID}, nil, false)
 }
 
 func (a *loginActor) setAPIKey(requester *actor.PID, m messages.SetAPIKey) {
@@ -297,8 +298,8 @@ func (a *loginActor) checkKey(seq uint64) {
 // start with the key): at once on the live process, answering key check
 // seq when it is not 0; with no live process, not at all.
 func (a *loginActor) writeKey(key string, seq uint64) {
-	a.engine.Send(a.codex, appCall{method: codexrpc.MethodLoginStart, to: a.self, tag: keyWriteCall{check: seq},
-		params: codexrpc.LoginStartParams{Type: codexrpc.LoginAPIKey, APIKey: key}, secrets: []string{key},
+	a.engine.Send(a.codex, appCall{method: codexproto.MethodLoginStart, to: a.self, tag: keyWriteCall{check: seq},
+		params: codexproto.LoginStartParams{Type: codexproto.LoginAPIKey, APIKey: key}, secrets: []string{key},
 		setup: true, ifLive: seq == 0})
 }
 
@@ -307,18 +308,18 @@ func (a *loginActor) logout(requester *actor.PID) {
 		a.reply(requester, messages.NewRejected(messages.Logout{User: a.user}, err))
 		return
 	}
-	a.call(codexrpc.MethodLogout, json.RawMessage("null"), logoutCall{requester: requester}, false)
+	a.call(codexproto.MethodLogout, json.RawMessage("null"), logoutCall{requester: requester}, false)
 }
 
 func (a *loginActor) account(requester *actor.PID) {
-	a.call(codexrpc.MethodAccountRead, struct{}{}, accountCall{requester: requester}, false)
+	a.call(codexproto.MethodAccountRead, struct{}{}, accountCall{requester: requester}, false)
 }
 
 func (a *loginActor) accountAnswered(requester *actor.PID, raw json.RawMessage, err error) {
 	resp := messages.AccountResponse{User: a.user}
-	var res codexrpc.AccountReadResult
+	var res codexproto.AccountReadResult
 	if err == nil {
-		err = decodeResult(codexrpc.MethodAccountRead, raw, &res)
+		err = decodeResult(codexproto.MethodAccountRead, raw, &res)
 	}
 	if err != nil {
 		resp.Error = err.Error()
@@ -334,14 +335,14 @@ func (a *loginActor) accountAnswered(requester *actor.PID, raw json.RawMessage, 
 // rateLimits answers a RateLimitsRequest from account/rateLimits/read:
 // every bucket by its limit id, else the single one.
 func (a *loginActor) rateLimits(requester *actor.PID) {
-	a.call(codexrpc.MethodRateLimitsRead, json.RawMessage("null"), rateLimitsCall{requester: requester}, false)
+	a.call(codexproto.MethodRateLimitsRead, json.RawMessage("null"), rateLimitsCall{requester: requester}, false)
 }
 
 func (a *loginActor) rateLimitsAnswered(requester *actor.PID, raw json.RawMessage, err error) {
 	resp := messages.RateLimitsResponse{User: a.user}
-	var res codexrpc.RateLimitsResult
+	var res codexproto.RateLimitsResult
 	if err == nil {
-		err = decodeResult(codexrpc.MethodRateLimitsRead, raw, &res)
+		err = decodeResult(codexproto.MethodRateLimitsRead, raw, &res)
 	}
 	if err != nil {
 		resp.Error = err.Error()
@@ -362,25 +363,25 @@ func (a *loginActor) rateLimitsAnswered(requester *actor.PID, raw json.RawMessag
 }
 
 // modelPages is a model/list read in progress: every page, following
-// nextCursor (see codexrpc.Client.ModelListAll, whose checks it keeps).
+// nextCursor (see codexproto.Client.ModelListAll, whose checks it keeps).
 type modelPages struct {
-	params codexrpc.ModelListParams
-	all    []codexrpc.ModelInfo
+	params codexproto.ModelListParams
+	all    []codexproto.ModelInfo
 	seen   map[string]bool
 	n      int
 }
 
 func (a *loginActor) models(requester *actor.PID, includeHidden bool) {
 	tag := modelsCall{requester: requester, includeHidden: includeHidden,
-		pages: &modelPages{params: codexrpc.ModelListParams{IncludeHidden: includeHidden}, seen: map[string]bool{}}}
-	a.call(codexrpc.MethodModelList, tag.pages.params, tag, false)
+		pages: &modelPages{params: codexproto.ModelListParams{IncludeHidden: includeHidden}, seen: map[string]bool{}}}
+	a.call(codexproto.MethodModelList, tag.pages.params, tag, false)
 }
 
 func (a *loginActor) modelsAnswered(tag modelsCall, raw json.RawMessage, err error) {
 	p := tag.pages
-	var res codexrpc.ModelListResult
+	var res codexproto.ModelListResult
 	if err == nil {
-		err = decodeResult(codexrpc.MethodModelList, raw, &res)
+		err = decodeResult(codexproto.MethodModelList, raw, &res)
 	}
 	p.n++
 	switch {
@@ -391,17 +392,17 @@ func (a *loginActor) modelsAnswered(tag modelsCall, raw json.RawMessage, err err
 		p.all = append(p.all, res.Data...)
 	case p.seen[*res.NextCursor]:
 		err = fmt.Errorf("model/list repeated the cursor %q", *res.NextCursor)
-	case p.n >= codexrpc.MaxModelPages:
-		err = fmt.Errorf("model/list has more than %d pages", codexrpc.MaxModelPages)
+	case p.n >= codexproto.MaxModelPages:
+		err = fmt.Errorf("model/list has more than %d pages", codexproto.MaxModelPages)
 	default:
 		p.all = append(p.all, res.Data...)
 		p.seen[*res.NextCursor] = true
 		p.params.Cursor = res.NextCursor
-		a.call(codexrpc.MethodModelList, p.params, tag, false)
+		a.call(codexproto.MethodModelList, p.params, tag, false)
 		return
 	}
 	resp := messages.ModelsResponse{User: a.user}
-	var models []codexrpc.ModelInfo
+	var models []codexproto.ModelInfo
 	if err != nil {
 		resp.Error = err.Error()
 	} else {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 )
@@ -16,7 +17,7 @@ const maxToolOutput = 256 << 10
 // turnEnd is what turn/completed says.
 type turnEnd struct {
 	TurnID         string
-	Status         string // codexrpc.Turn* status
+	Status         string // codexproto.Turn* status
 	Error          string
 	CodexErrorInfo string
 }
@@ -40,41 +41,41 @@ func (m *mapper) Answer() string { return m.answer.String() }
 // nothing: no notification may fault a round.
 func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd) {
 	switch n.Method {
-	case codexrpc.NoteAgentMessageDelta:
-		var d codexrpc.Delta
+	case codexproto.NoteAgentMessageDelta:
+		var d codexproto.Delta
 		if json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
 			return nil, nil
 		}
 		m.streamed[d.ItemID] = true
 		m.answer.WriteString(d.Delta)
 		return one(messages.RoundEvent{Kind: messages.KindText, Text: d.Delta, ItemID: d.ItemID}), nil
-	case codexrpc.NoteReasoningSummary, codexrpc.NoteReasoningText:
-		var d codexrpc.Delta
+	case codexproto.NoteReasoningSummary, codexproto.NoteReasoningText:
+		var d codexproto.Delta
 		if json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
 			return nil, nil
 		}
 		m.streamed[d.ItemID] = true
 		return one(messages.RoundEvent{Kind: messages.KindReasoning, Text: d.Delta, ItemID: d.ItemID}), nil
-	case codexrpc.NoteItemStarted:
-		var in codexrpc.ItemNotification
+	case codexproto.NoteItemStarted:
+		var in codexproto.ItemNotification
 		if json.Unmarshal(n.Params, &in) != nil {
 			return nil, nil
 		}
 		return m.itemStarted(&in.Item), nil
-	case codexrpc.NoteItemCompleted:
-		var in codexrpc.ItemNotification
+	case codexproto.NoteItemCompleted:
+		var in codexproto.ItemNotification
 		if json.Unmarshal(n.Params, &in) != nil {
 			return nil, nil
 		}
 		return m.itemCompleted(&in.Item), nil
-	case codexrpc.NoteTurnStarted:
-		var t codexrpc.TurnNotification
+	case codexproto.NoteTurnStarted:
+		var t codexproto.TurnNotification
 		if json.Unmarshal(n.Params, &t) == nil {
 			m.turnID = t.Turn.ID
 		}
 		return nil, nil
-	case codexrpc.NoteTokenUsage:
-		var u codexrpc.TokenUsageNotification
+	case codexproto.NoteTokenUsage:
+		var u codexproto.TokenUsageNotification
 		// Only the round's own turn: a resume re-sends the usage of the
 		// thread's previous turn, which an earlier round already reported.
 		if json.Unmarshal(n.Params, &u) != nil || m.turnID == "" || u.TurnID != m.turnID {
@@ -87,8 +88,8 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 			OutputTokens: l.OutputTokens, ReasoningOutputTokens: l.ReasoningOutputTokens,
 			TotalTokens: l.TotalTokens,
 		}}), nil
-	case codexrpc.NoteError:
-		var e codexrpc.ErrorNotification
+	case codexproto.NoteError:
+		var e codexproto.ErrorNotification
 		if json.Unmarshal(n.Params, &e) != nil {
 			return nil, nil
 		}
@@ -100,14 +101,14 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 			return one(messages.RoundEvent{Kind: messages.KindRetry, Text: text}), nil
 		}
 		return one(messages.RoundEvent{Kind: messages.KindError, Text: e.Error.Message}), nil
-	case codexrpc.NoteModelRerouted:
-		var r codexrpc.ModelRerouted
+	case codexproto.NoteModelRerouted:
+		var r codexproto.ModelRerouted
 		if json.Unmarshal(n.Params, &r) != nil {
 			return nil, nil
 		}
 		return one(messages.RoundEvent{Kind: messages.KindNotice, Text: fmt.Sprintf("model rerouted from %s to %s", r.FromModel, r.ToModel)}), nil
-	case codexrpc.NoteMCPStartupStatus:
-		var s codexrpc.MCPStartupStatus
+	case codexproto.NoteMCPStartupStatus:
+		var s codexproto.MCPStartupStatus
 		if json.Unmarshal(n.Params, &s) != nil || s.Status != "failed" {
 			return nil, nil
 		}
@@ -116,10 +117,10 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 			text += ": " + *s.Error
 		}
 		return one(messages.RoundEvent{Kind: messages.KindNotice, Text: text}), nil
-	case codexrpc.NoteTurnCompleted:
-		var t codexrpc.TurnNotification
+	case codexproto.NoteTurnCompleted:
+		var t codexproto.TurnNotification
 		if json.Unmarshal(n.Params, &t) != nil {
-			return nil, &turnEnd{Status: codexrpc.TurnFailed, Error: "turn/completed could not be read"}
+			return nil, &turnEnd{Status: codexproto.TurnFailed, Error: "turn/completed could not be read"}
 		}
 		end := &turnEnd{TurnID: t.Turn.ID, Status: t.Turn.Status}
 		if t.Turn.Error != nil {
@@ -133,40 +134,40 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 	return nil, nil
 }
 
-func (m *mapper) itemStarted(it *codexrpc.Item) []messages.RoundEvent {
+func (m *mapper) itemStarted(it *codexproto.Item) []messages.RoundEvent {
 	call := func(tc messages.ToolCall) []messages.RoundEvent {
 		tc.CallID = it.ID
 		return one(messages.RoundEvent{Kind: messages.KindToolCall, ItemID: it.ID, Tool: &tc})
 	}
 	switch it.Type {
-	case codexrpc.ItemCommandExecution:
+	case codexproto.ItemCommandExecution:
 		return call(messages.ToolCall{Name: "shell", Args: jsonText(map[string]string{"command": it.Command}), Cwd: it.Cwd})
-	case codexrpc.ItemMCPToolCall:
+	case codexproto.ItemMCPToolCall:
 		return call(messages.ToolCall{Name: mcpName(it), Args: rawArgs(it.Arguments)})
-	case codexrpc.ItemFileChange:
+	case codexproto.ItemFileChange:
 		return call(messages.ToolCall{Name: "apply_patch", Paths: changes(it.Changes)})
-	case codexrpc.ItemWebSearch:
+	case codexproto.ItemWebSearch:
 		return call(messages.ToolCall{Name: "web_search", Args: jsonText(map[string]string{"query": it.Query})})
-	case codexrpc.ItemDynamicToolCall:
+	case codexproto.ItemDynamicToolCall:
 		return call(messages.ToolCall{Name: it.Tool, Args: rawArgs(it.Arguments)})
 	}
 	return nil
 }
 
-func (m *mapper) itemCompleted(it *codexrpc.Item) []messages.RoundEvent {
+func (m *mapper) itemCompleted(it *codexproto.Item) []messages.RoundEvent {
 	result := func(r messages.ToolResult) []messages.RoundEvent {
 		r.CallID = it.ID
 		r.Output = clip(r.Output, maxToolOutput)
 		return one(messages.RoundEvent{Kind: messages.KindToolResult, ItemID: it.ID, Result: &r})
 	}
 	switch it.Type {
-	case codexrpc.ItemAgentMessage:
+	case codexproto.ItemAgentMessage:
 		if m.streamed[it.ID] || it.Text == "" {
 			return nil
 		}
 		m.answer.WriteString(it.Text)
 		return one(messages.RoundEvent{Kind: messages.KindText, Text: it.Text, ItemID: it.ID})
-	case codexrpc.ItemReasoning:
+	case codexproto.ItemReasoning:
 		if m.streamed[it.ID] {
 			return nil
 		}
@@ -179,7 +180,7 @@ func (m *mapper) itemCompleted(it *codexrpc.Item) []messages.RoundEvent {
 			return nil
 		}
 		return one(messages.RoundEvent{Kind: messages.KindReasoning, Text: text, ItemID: it.ID})
-	case codexrpc.ItemCommandExecution:
+	case codexproto.ItemCommandExecution:
 		r := messages.ToolResult{Name: "shell", ExitCode: it.ExitCode}
 		if it.AggregatedOutput != nil {
 			r.Output = *it.AggregatedOutput
@@ -193,7 +194,7 @@ func (m *mapper) itemCompleted(it *codexrpc.Item) []messages.RoundEvent {
 			r.Failed, r.Fault = true, "failed"
 		}
 		return result(r)
-	case codexrpc.ItemMCPToolCall:
+	case codexproto.ItemMCPToolCall:
 		r := messages.ToolResult{Name: mcpName(it)}
 		if it.Result != nil {
 			r.Output = contentText(it.Result.Content)
@@ -205,15 +206,15 @@ func (m *mapper) itemCompleted(it *codexrpc.Item) []messages.RoundEvent {
 			r.Failed, r.Fault = true, "the tool reported an error"
 		}
 		return result(r)
-	case codexrpc.ItemFileChange:
+	case codexproto.ItemFileChange:
 		r := messages.ToolResult{Name: "apply_patch", Output: pathsText(it.Changes)}
 		if it.Status != "completed" {
 			r.Failed, r.Fault = true, orDefault(it.Status, "failed")
 		}
 		return result(r)
-	case codexrpc.ItemWebSearch:
+	case codexproto.ItemWebSearch:
 		return result(messages.ToolResult{Name: "web_search", Output: it.Query})
-	case codexrpc.ItemDynamicToolCall:
+	case codexproto.ItemDynamicToolCall:
 		r := messages.ToolResult{Name: it.Tool, Output: contentText(it.ContentItems)}
 		if (it.Success != nil && !*it.Success) || it.Status == "failed" {
 			r.Failed, r.Fault = true, "the tool reported an error"
@@ -226,7 +227,7 @@ func (m *mapper) itemCompleted(it *codexrpc.Item) []messages.RoundEvent {
 func one(e messages.RoundEvent) []messages.RoundEvent { return []messages.RoundEvent{e} }
 
 // mcpName names an MCP call as the mesh does for every harness.
-func mcpName(it *codexrpc.Item) string { return "mcp__" + it.Server + "__" + it.Tool }
+func mcpName(it *codexproto.Item) string { return "mcp__" + it.Server + "__" + it.Tool }
 
 func rawArgs(raw json.RawMessage) string {
 	if len(raw) == 0 || string(raw) == "null" {
@@ -243,7 +244,7 @@ func jsonText(v any) string {
 	return string(b)
 }
 
-func changes(cs []codexrpc.FileChange) []messages.FileChange {
+func changes(cs []codexproto.FileChange) []messages.FileChange {
 	out := make([]messages.FileChange, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, messages.FileChange{Path: c.Path, Kind: c.Kind.Type})
@@ -251,7 +252,7 @@ func changes(cs []codexrpc.FileChange) []messages.FileChange {
 	return out
 }
 
-func pathsText(cs []codexrpc.FileChange) string {
+func pathsText(cs []codexproto.FileChange) string {
 	var b strings.Builder
 	for _, c := range cs {
 		fmt.Fprintf(&b, "%s %s\n", c.Kind.Type, c.Path)
@@ -259,7 +260,7 @@ func pathsText(cs []codexrpc.FileChange) string {
 	return b.String()
 }
 
-func contentText(items []codexrpc.ContentItem) string {
+func contentText(items []codexproto.ContentItem) string {
 	var parts []string
 	for _, c := range items {
 		if c.Text != "" {
@@ -292,22 +293,22 @@ func clip(s string, n int) string {
 // upstream error the CLI retries does not: a model that never answers
 // would otherwise hold its round past the stall deadline for ever.
 func isProgress(n *codexrpc.Notification) bool {
-	if n.Method != codexrpc.NoteError {
+	if n.Method != codexproto.NoteError {
 		return true
 	}
-	var e codexrpc.ErrorNotification
+	var e codexproto.ErrorNotification
 	return json.Unmarshal(n.Params, &e) != nil || !e.WillRetry
 }
 
 // rateLimit is one rate-limit bucket as the mesh sees it.
-func rateLimit(s codexrpc.RateLimitSnapshot) messages.RateLimit {
+func rateLimit(s codexproto.RateLimitSnapshot) messages.RateLimit {
 	str := func(p *string) string {
 		if p == nil {
 			return ""
 		}
 		return *p
 	}
-	window := func(w *codexrpc.RateLimitWindow) *messages.RateLimitWindow {
+	window := func(w *codexproto.RateLimitWindow) *messages.RateLimitWindow {
 		if w == nil {
 			return nil
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
@@ -45,7 +46,7 @@ func runStubRound(t *testing.T, key string, onSubscribe func(c *actor.Context, m
 		case openThread:
 			c.Send(m.round, threadOpenResult{threadID: threadID})
 		case appCall:
-			if m.method != codexrpc.MethodTurnStart {
+			if m.method != codexproto.MethodTurnStart {
 				return
 			}
 			tree.threads <- threadID
@@ -108,9 +109,9 @@ func TestRoundIgnoresAnotherTurnsEnd(t *testing.T) {
 	}
 	tree := runStubRound(t, "mesh/other", func(c *actor.Context, m subscribe) {
 		const own, earlier = "0199a0a0-0000-7000-8000-0000000000b2", "0199a0a0-0000-7000-8000-0000000000b1"
-		c.Send(m.round, turnNote(codexrpc.NoteTurnStarted, m.threadID, own, "inProgress"))
-		c.Send(m.round, turnNote(codexrpc.NoteTurnCompleted, m.threadID, earlier, "failed"))
-		c.Send(m.round, turnNote(codexrpc.NoteTurnCompleted, m.threadID, own, "completed"))
+		c.Send(m.round, turnNote(codexproto.NoteTurnStarted, m.threadID, own, "inProgress"))
+		c.Send(m.round, turnNote(codexproto.NoteTurnCompleted, m.threadID, earlier, "failed"))
+		c.Send(m.round, turnNote(codexproto.NoteTurnCompleted, m.threadID, own, "completed"))
 	})
 	if v := tree.verdict(t); v.Status != messages.StatusCompleted {
 		t.Fatalf("verdict = %+v, want completed (its own turn's end)", v)

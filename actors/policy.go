@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 )
 
@@ -14,19 +15,19 @@ import (
 // the CLI treats as declined.
 func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, question string, err error) {
 	switch r.Method {
-	case codexrpc.ReqCommandApproval, codexrpc.ReqFileChangeApproval:
-		d := codexrpc.DecisionDecline
+	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
+		d := codexproto.DecisionDecline
 		if autoApprove {
-			d = codexrpc.DecisionAccept
+			d = codexproto.DecisionAccept
 		}
-		return codexrpc.ApprovalAnswer{Decision: d}, "", nil
-	case codexrpc.ReqUserInput:
-		var p codexrpc.UserInputParams
+		return codexproto.ApprovalAnswer{Decision: d}, "", nil
+	case codexproto.ReqUserInput:
+		var p codexproto.UserInputParams
 		_ = json.Unmarshal(r.Params, &p)
-		ans := codexrpc.UserInputAnswer{Answers: make(map[string]codexrpc.UserAnswer, len(p.Questions))}
+		ans := codexproto.UserInputAnswer{Answers: make(map[string]codexproto.UserAnswer, len(p.Questions))}
 		var qs []string
 		for _, q := range p.Questions {
-			ans.Answers[q.ID] = codexrpc.UserAnswer{Answers: []string{}}
+			ans.Answers[q.ID] = codexproto.UserAnswer{Answers: []string{}}
 			text := q.Question
 			if len(q.Options) > 0 {
 				var opts []string
@@ -41,7 +42,7 @@ func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, que
 			return ans, "", nil
 		}
 		return ans, "Codex asks: " + strings.Join(qs, " "), nil
-	case codexrpc.ReqElicitation:
+	case codexproto.ReqElicitation:
 		// The CLI asks for MCP tool-call approvals through an elicitation
 		// marked in _meta; that is an approval like any other. A real MCP
 		// server's elicitation asks the user for data: declined.
@@ -52,9 +53,9 @@ func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, que
 		}
 		_ = json.Unmarshal(r.Params, &p)
 		if autoApprove && p.Meta.Kind == "mcp_tool_call" {
-			return codexrpc.ElicitationAnswer{Action: "accept", Content: json.RawMessage(`{}`)}, "", nil
+			return codexproto.ElicitationAnswer{Action: "accept", Content: json.RawMessage(`{}`)}, "", nil
 		}
-		return codexrpc.ElicitationAnswer{Action: "decline"}, "", nil
+		return codexproto.ElicitationAnswer{Action: "decline"}, "", nil
 	}
 	return nil, "", &codexrpc.WireError{Code: codexrpc.CodeMethodNotFound, Message: "method not found: " + r.Method}
 }

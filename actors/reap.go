@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/procs"
 )
 
@@ -47,7 +47,7 @@ func ReapOrphans(homes string, grace time.Duration, log *slog.Logger) int {
 // for a parent and is left alone.
 func sweepStrays(homes string, log *slog.Logger) int {
 	root := filepath.Clean(homes) + string(filepath.Separator)
-	n := codexrpc.KillOrphans(func(home string) bool {
+	n := codexproc.KillOrphans(func(home string) bool {
 		return strings.HasPrefix(filepath.Clean(home)+string(filepath.Separator), root)
 	})
 	if n > 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -176,7 +177,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 		if isProgress(m.note) {
 			r.lastProgress = time.Now()
 		}
-		if m.note.Method == codexrpc.NoteTurnStarted {
+		if m.note.Method == codexproto.NoteTurnStarted {
 			r.turnBegun = true // the CLI holds the user's message now
 		}
 		events, end := r.mapper.note(m.note)
@@ -330,9 +331,9 @@ func (r *roundActor) turnEnded(end *turnEnd) {
 		return
 	}
 	switch end.Status {
-	case codexrpc.TurnCompleted:
+	case codexproto.TurnCompleted:
 		r.finish(messages.StatusCompleted, "", "")
-	case codexrpc.TurnInterrupted:
+	case codexproto.TurnInterrupted:
 		r.finish(messages.StatusInterrupted, orDefault(end.Error, "the turn was interrupted"), end.CodexErrorInfo)
 	default:
 		r.finish(messages.StatusFailed, orDefault(end.Error, "the turn failed"), end.CodexErrorInfo)
@@ -424,8 +425,8 @@ func (r *roundActor) onInterrupt(c *actor.Context) {
 // interruptTurn asks the app-server actor for turn/interrupt; the verdict
 // comes with turn/completed (interrupted). Reply, if set, gets the answer.
 func (r *roundActor) interruptTurn(reply *actor.PID) {
-	r.engine.Send(r.codex, appCall{method: codexrpc.MethodTurnInterrupt, thread: r.threadID, to: r.self,
-		params: codexrpc.TurnInterruptParams{ThreadID: r.threadID, TurnID: r.currentTurn()},
+	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnInterrupt, thread: r.threadID, to: r.self,
+		params: codexproto.TurnInterruptParams{ThreadID: r.threadID, TurnID: r.currentTurn()},
 		tag:    controlCall{method: "interrupt", reply: reply}})
 }
 
@@ -435,9 +436,9 @@ func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, Error: "no running turn to steer yet"}, r.log)
 		return
 	}
-	r.engine.Send(r.codex, appCall{method: codexrpc.MethodTurnSteer, thread: r.threadID, to: r.self,
-		params: codexrpc.TurnSteerParams{ThreadID: r.threadID, ExpectedTurnID: r.currentTurn(),
-			Input: codexrpc.TextInput(m.Text), ClientUserMessageID: m.ClientMessageID},
+	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnSteer, thread: r.threadID, to: r.self,
+		params: codexproto.TurnSteerParams{ThreadID: r.threadID, ExpectedTurnID: r.currentTurn(),
+			Input: codexproto.TextInput(m.Text), ClientUserMessageID: m.ClientMessageID},
 		tag: controlCall{method: "steer", reply: sender}})
 }
 
@@ -496,8 +497,8 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 		r.lostCtx = (r.known.damaged || r.fellBack) && r.text == r.req.Text
 	}
 	r.starting = true
-	r.engine.Send(r.codex, appCall{method: codexrpc.MethodTurnStart, thread: r.threadID, to: r.self, tag: turnStartCall{},
-		params: codexrpc.TurnStartParams{ThreadID: r.threadID, Input: codexrpc.TextInput(r.text), Summary: "auto",
+	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnStart, thread: r.threadID, to: r.self, tag: turnStartCall{},
+		params: codexproto.TurnStartParams{ThreadID: r.threadID, Input: codexproto.TextInput(r.text), Summary: "auto",
 			Model: r.req.Model, Effort: r.req.Effort, ClientUserMessageID: r.req.ClientMessageID}})
 }
 
@@ -529,10 +530,10 @@ func (r *roundActor) turnStartAnswered(m appAnswer) {
 			r.conclude()
 		}
 	}()
-	var turn codexrpc.TurnResult
+	var turn codexproto.TurnResult
 	err := m.err
 	if err == nil {
-		err = decodeResult(codexrpc.MethodTurnStart, m.result, &turn)
+		err = decodeResult(codexproto.MethodTurnStart, m.result, &turn)
 	}
 	if err != nil {
 		if !r.done {
@@ -548,8 +549,8 @@ func (r *roundActor) turnStartAnswered(m appAnswer) {
 	if !r.resumed {
 		r.saving++ // the verdict waits for the registry's answer
 		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: r.threadID, round: r.self})
-		r.engine.Send(r.codex, appCall{method: codexrpc.MethodThreadNameSet, thread: r.threadID, to: r.self, tag: nameCall{},
-			params: codexrpc.ThreadNameSetParams{ThreadID: r.threadID, Name: "mw-" + store.KeyPrefix(r.req.Thread)}})
+		r.engine.Send(r.codex, appCall{method: codexproto.MethodThreadNameSet, thread: r.threadID, to: r.self, tag: nameCall{},
+			params: codexproto.ThreadNameSetParams{ThreadID: r.threadID, Name: "mw-" + store.KeyPrefix(r.req.Thread)}})
 	}
 }
 
@@ -603,10 +604,10 @@ func overlay(mcpURL, mcpToken string) map[string]any {
 // daemon answered it: a KindNotice "approval: <what>: approved" (or
 // "declined"), ItemID the tool call's.
 func approvalNotice(m approvalAnswered) messages.RoundEvent {
-	var p codexrpc.ApprovalParams
+	var p codexproto.ApprovalParams
 	_ = json.Unmarshal(m.req.Params, &p)
 	what := "a file change"
-	if m.req.Method == codexrpc.ReqCommandApproval {
+	if m.req.Method == codexproto.ReqCommandApproval {
 		what = "command " + truncateRunes(p.Command, 200)
 	}
 	answer := "declined (the round has no auto_approve)"

@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 )
 
@@ -27,7 +28,7 @@ func TestSupervisionTurnEndBeforeTurnStarted(t *testing.T) {
 	tree := runStubRound(t, "mesh/race", func(c *actor.Context, m subscribe) {
 		params, _ := json.Marshal(map[string]any{"threadId": m.threadID,
 			"turn": map[string]any{"id": "0199a0a0-0000-7000-8000-0000000000aa", "status": "completed", "items": []any{}}})
-		c.Send(m.round, roundNote{note: &codexrpc.Notification{Method: codexrpc.NoteTurnCompleted, Params: params}})
+		c.Send(m.round, roundNote{note: &codexrpc.Notification{Method: codexproto.NoteTurnCompleted, Params: params}})
 	})
 	v := tree.verdict(t)
 	thread := <-tree.threads

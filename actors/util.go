@@ -21,7 +21,7 @@ func userTag(user string) string {
 	return "u-" + hex.EncodeToString(sum[:4])
 }
 
-// environ is the daemon's environment, filtered by codexrpc.AllowedEnv
+// environ is the daemon's environment, filtered by codexproc.AllowedEnv
 // before any child sees it.
 func environ() []string { return os.Environ() }
 
