@@ -235,9 +235,14 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		m.reply <- a.answer(m)
 	case unsubscribe:
 		a.threads.unsubscribe(m.threadID, m.round)
-		if lt, ok := a.loaded[m.threadID]; ok {
+		if lt, ok := a.loaded[m.threadID]; ok && m.keep {
 			lt.lastUse = time.Now()
 			a.loaded[m.threadID] = lt
+		} else {
+			// A round that ended without its turn's end (a stall, a failed
+			// start, the daemon stopping) may leave the turn running: the
+			// next round reloads the thread rather than join it.
+			delete(a.loaded, m.threadID)
 		}
 		a.touch()
 		a.holdCap()

@@ -188,9 +188,12 @@ type subscribe struct {
 	autoApprove bool
 }
 
+// unsubscribe ends a round's subscription. Keep leaves the thread loaded
+// (its turn ended cleanly); otherwise the next round reloads it.
 type unsubscribe struct {
 	threadID string
 	round    *actor.PID
+	keep     bool
 }
 
 // roundNote is a routed notification, delivered to the round actor.

@@ -44,6 +44,8 @@ type roundActor struct {
 	opened    bool
 	starting  bool // turn/start is on its way: the verdict waits for its answer
 	resumed   bool
+	warm      bool // the thread was loaded already with the round's settings: no resume
+	ended     bool // the turn's end came: the thread may stay loaded for the next round
 	fellBack  bool
 	lostCtx   bool // a fresh thread without the mesh thread's earlier turns
 	interrupt bool // asked before the turn had an id
@@ -319,6 +321,7 @@ func (r *roundActor) checkStall() {
 }
 
 func (r *roundActor) turnEnded(end *turnEnd) {
+	r.ended = true
 	switch {
 	case r.callerGone:
 		r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
@@ -385,7 +388,7 @@ func (r *roundActor) conclude() {
 	// for its next round and the subscription dropped.
 	defer func() {
 		if r.threadID != "" {
-			r.engine.Send(r.codex, unsubscribe{threadID: r.threadID, round: r.self})
+			r.engine.Send(r.codex, unsubscribe{threadID: r.threadID, round: r.self, keep: r.ended})
 		}
 		r.engine.Send(r.parent, roundDone{key: r.req.Thread, roundID: r.req.RoundID})
 		r.engine.Poison(r.self)
@@ -404,7 +407,7 @@ func (r *roundActor) conclude() {
 		r.flush(true) // every event goes before the verdict
 		deliver(r.engine, r.req.replyTo, v, r.log)
 	}
-	r.log.Info("round finished", "status", v.Status, "duration", took, "resumed", r.resumed, "fell_back", r.fellBack,
+	r.log.Info("round finished", "status", v.Status, "duration", took, "resumed", r.resumed, "warm", r.warm, "fell_back", r.fellBack,
 		"context_lost", r.lostCtx, "not_saved", v.NotSaved)
 }
 
@@ -488,7 +491,7 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 		return
 	}
 	r.opened = true
-	r.threadID, r.resumed = m.threadID, m.resumed
+	r.threadID, r.resumed, r.warm = m.threadID, m.resumed, m.warm
 	r.text = r.req.Text
 	if !m.resumed {
 		r.text = r.seeded(r.known.turns)
