@@ -865,7 +865,7 @@ func (a *appServerActor) exited(m codexExited) {
 }
 
 // evict stops an idle process. Its generation ends here, so its exit is
-// not a crash; the next acquire starts a fresh one and rounds resume.
+// not a crash; the next command starts a fresh one and rounds resume.
 func (a *appServerActor) evict(why string) {
 	a.log.Info("stopping an idle codex app-server", "pid", a.proc.PID(), "why", why)
 	p := a.proc

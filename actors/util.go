@@ -36,7 +36,7 @@ func setEnv(env, set []string) []string {
 	return out
 }
 
-// acquireWait bounds the wait for a client: a start may wait out a
+// acquireWait bounds the wait for a process: a start may wait out a
 // backoff, reap a leftover process (up to three stop steps), exec, and
 // initialize and write the stored key (each bounded by CallTimeout).
 func acquireWait(cfg *Config) time.Duration {
