@@ -1,6 +1,9 @@
 package actors
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -201,5 +204,22 @@ func TestWarmThreadRealCLI(t *testing.T) {
 	}
 	if !r3.verdict.Resumed || r3.verdict.CodexThreadID != r1.verdict.CodexThreadID || r3.text() == "" {
 		t.Errorf("reloaded round: %+v", r3.verdict)
+	}
+}
+
+// The round and login actors are state machines driven by messages: their
+// calls are the app-server actor's, and they start no goroutine.
+func TestRoundAndLoginStartNoGoroutine(t *testing.T) {
+	for _, file := range []string{"round.go", "login.go"} {
+		f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if _, ok := n.(*ast.GoStmt); ok {
+				t.Errorf("%s has a go statement", file)
+			}
+			return true
+		})
 	}
 }
