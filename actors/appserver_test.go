@@ -161,6 +161,7 @@ func TestHungDuringOpenThread(t *testing.T) {
 	start := time.Now()
 	r := h.round(c, messages.StartRound{User: "hal", Thread: "mesh/h2", Text: "two"})
 	took := time.Since(start)
+	t.Logf("the round opening a thread on the stopped app-server got its verdict after %v: %s", took, r.verdict.Error)
 	mustStatus(t, r, messages.StatusFailed)
 	if limit := 3*callTimeout + 2*time.Second; took > limit {
 		t.Errorf("the round on the hung app-server got its verdict after %v, want within %v", took, limit)
