@@ -156,7 +156,7 @@ func (a *appServerActor) launch() {
 
 // watch reports the process's end once its output is drained, so the error
 // carries the exit status and the stderr tail, and drops its pid record.
-func (a *appServerActor) watch(gen uint64, p *codexproc.Process, record string) {
+func (a *appServerActor) watch(gen uint64, p appProcess, record string) {
 	defer a.wg.Done()
 	<-p.Exited()
 	<-p.Conn().Done()
@@ -289,7 +289,7 @@ func (a *appServerActor) hung(gen uint64) {
 }
 
 // goStop stops a process on a goroutine the actor owns.
-func (a *appServerActor) goStop(p *codexproc.Process) {
+func (a *appServerActor) goStop(p appProcess) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -297,7 +297,7 @@ func (a *appServerActor) goStop(p *codexproc.Process) {
 	}()
 }
 
-func (a *appServerActor) stopProc(p *codexproc.Process) {
+func (a *appServerActor) stopProc(p appProcess) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*a.cfg.StopGrace)
 	defer cancel()
 	if err := p.Stop(ctx); err != nil {
@@ -329,7 +329,7 @@ func (a *appServerActor) shutdown() {
 	}
 	a.mu.Lock()
 	a.down = true
-	var all []*codexproc.Process
+	var all []appProcess
 	for p := range a.live {
 		all = append(all, p)
 	}

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
@@ -62,6 +64,17 @@ type (
 	callRetry   struct{ seq uint64 } // call seq was refused as overloaded; send it again
 )
 
+// appProcess is what the app-server actor needs of its process: a
+// *codexproc.Process (a stand-in in tests of the actor's clock).
+type appProcess interface {
+	Conn() *codexrpc.Conn
+	PID() int
+	Exited() <-chan struct{}
+	ExitStatus() codexrpc.ExitStatus
+	Stop(ctx context.Context) error
+	Kill(ctx context.Context) error
+}
+
 // appServerActor owns one user's `codex app-server` process and its
 // connection, and is the only caller of that process: rounds open threads
 // and start, steer and interrupt turns, and the login actor makes its
@@ -85,7 +98,7 @@ type appServerActor struct {
 	ticker actor.SendRepeater
 
 	gen      uint64
-	proc     *codexproc.Process
+	proc     appProcess
 	starting bool
 	queue    []any // openThread and appCall waiting for a ready process
 	threads  threadRouter
@@ -117,7 +130,7 @@ type appServerActor struct {
 	// those whose start message never arrived.
 	wg   sync.WaitGroup
 	mu   sync.Mutex
-	live map[*codexproc.Process]struct{}
+	live map[appProcess]struct{}
 	down bool
 }
 
@@ -131,7 +144,7 @@ func newAppServerActor(cfg *Config, user, home string, creds *store.Credentials,
 			threads:  newThreadRouter(maxEarlyNotes),
 			loaded:   make(map[string]loadedThread),
 			calls:    make(map[uint64]*call),
-			live:     make(map[*codexproc.Process]struct{}),
+			live:     make(map[appProcess]struct{}),
 		}
 	}
 }

@@ -3,7 +3,6 @@ package actors
 import (
 	"encoding/json"
 
-	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
@@ -147,7 +146,7 @@ type accountNote struct{ note *codexrpc.Notification }
 // codexStarted and codexStartFailed end a start attempt.
 type codexStarted struct {
 	gen     uint64
-	proc    *codexproc.Process
+	proc    appProcess
 	version codexproto.Version
 }
 
