@@ -138,6 +138,10 @@ func (a *appServerActor) looked(l threadLookup) {
 			a.warmed(w.reply, nil) // nothing to load (a new mesh thread), or the process is gone
 			continue
 		}
+		if _, busy := a.threads.lookup(l.threadID); busy {
+			a.warmed(w.reply, nil) // a round runs in it: loaded, and not to be reloaded under the round
+			continue
+		}
 		o := openThread{threadID: l.threadID, settings: w.settings, warmReply: w.reply}
 		fp := o.settings.fingerprint()
 		if lt, ok := a.loaded[l.threadID]; ok && lt.fingerprint == fp {

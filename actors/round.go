@@ -187,7 +187,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.interrupt = false // asked before the turn had an id; it has one now
 			r.interruptTurn(nil)
 		}
-		if end != nil && r.mapper.turnID != "" && end.TurnID != "" && end.TurnID != r.mapper.turnID {
+		if cur := r.currentTurn(); end != nil && cur != "" && end.TurnID != "" && end.TurnID != cur {
 			end = nil // another turn of the thread (an earlier round's): not this round's end
 		}
 		if end != nil {
@@ -278,8 +278,8 @@ func (r *roundActor) flush(all bool) {
 }
 
 // currentTurn is the round's turn id: from turn/start's answer, or from
-// the turn/started notification when that came first (nothing orders the
-// two).
+// the turn/started notification when the CLI wrote that first (both reach
+// the round in wire order, through the app-server actor).
 func (r *roundActor) currentTurn() string {
 	if r.turnID != "" {
 		return r.turnID
