@@ -218,7 +218,31 @@ func (a *appServerActor) exited(m codexExited) {
 		a.crashed()
 	}
 	a.lose(err)
-	a.failQueue(err)
+	a.restartForQueue()
+}
+
+// restartForQueue starts a fresh process for the commands still queued
+// when the process went (they waited for its key check and never ran on
+// it), unless the user cools down.
+func (a *appServerActor) restartForQueue() {
+	if len(a.queue) == 0 || a.starting {
+		return
+	}
+	if err := a.coolingErr(); err != nil {
+		a.failQueue(err)
+		return
+	}
+	a.start()
+}
+
+// coolingErr says why no start is tried now, or nil.
+func (a *appServerActor) coolingErr() error {
+	until, ok := a.restarts.cooling(time.Now())
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("%w: it died %d times within %v; cooling down until %s",
+		ErrUnavailable, a.cfg.RestartLimit, a.cfg.RestartWindow, until.Format(time.TimeOnly))
 }
 
 // evict stops an idle process. Its generation ends here, so its exit is
@@ -236,6 +260,7 @@ func (a *appServerActor) evict(why string) {
 func (a *appServerActor) drop(lost error) {
 	a.gen++
 	a.lose(lost)
+	a.restartForQueue()
 }
 
 // lose tells everyone who used the process that it is gone: subscribed

@@ -298,9 +298,8 @@ func (a *appServerActor) command(m any) {
 		return
 	}
 	if a.proc == nil && !a.starting {
-		if until, ok := a.restarts.cooling(time.Now()); ok {
-			a.refuse(m, fmt.Errorf("%w: it died %d times within %v; cooling down until %s",
-				ErrUnavailable, a.cfg.RestartLimit, a.cfg.RestartWindow, until.Format(time.TimeOnly)))
+		if err := a.coolingErr(); err != nil {
+			a.refuse(m, err)
 			return
 		}
 	}
