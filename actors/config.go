@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/store"
@@ -19,7 +19,7 @@ type Config struct {
 	Homes string
 	// Workspace is the shared skills workspace every thread runs in.
 	Workspace string
-	// CodexBin is the codex executable (resolved with codexrpc.ResolveBinary).
+	// CodexBin is the codex executable (resolved with codexproc.ResolveBinary).
 	CodexBin string
 	// CodexArgs replaces "app-server" (for fakes in tests).
 	CodexArgs []string
@@ -59,6 +59,10 @@ type Config struct {
 	// node, stopping the least recently used idle one (default 64).
 	IdleTimeout time.Duration
 	MaxLive     int
+	// ThreadIdle unloads a codex thread no round used for that long from
+	// its app-server (default 5 minutes); until then a round on it with
+	// the same settings needs no resume.
+	ThreadIdle time.Duration
 	// StallTimeout interrupts a turn that made no progress for that long
 	// (default 10 minutes).
 	StallTimeout time.Duration
@@ -106,7 +110,6 @@ type Config struct {
 	// Metrics receives the counters (unregistered ones when nil).
 	Metrics *Metrics
 
-	live   *liveSet      // the node's live app-servers, for the MaxLive cap
 	rounds *gate         // rounds admitted and not yet given a verdict
 	sample *edge.Sampler // log lines about rejected input: 10 per reason per minute
 }
@@ -144,10 +147,10 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	if c.Sandbox == "" {
-		c.Sandbox = codexrpc.SandboxReadOnly
+		c.Sandbox = codexproto.SandboxReadOnly
 	}
 	if c.ApprovalPolicy == "" {
-		c.ApprovalPolicy = codexrpc.ApprovalNever
+		c.ApprovalPolicy = codexproto.ApprovalNever
 	}
 	if c.ClientName == "" {
 		c.ClientName = "meshweaver-supervisor"
@@ -184,6 +187,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 10 * time.Minute
+	}
+	if c.ThreadIdle <= 0 {
+		c.ThreadIdle = 5 * time.Minute
 	}
 	if c.MaxLive <= 0 {
 		c.MaxLive = 64
@@ -233,10 +239,7 @@ func (c *Config) setDefaults() error {
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
 	}
-	c.live = newLiveSet()
 	c.rounds = &gate{}
 	c.sample = edge.NewSampler(10, time.Minute)
-	gauge := c.Metrics.LiveAppServers
-	c.live.onCount = func(n int) { gauge.Set(float64(n)) }
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/messages"
 )
 
@@ -92,14 +92,14 @@ func clampPolicy(sandbox, approval string, b policyBounds) (outSandbox, outAppro
 }
 
 // sandboxPolicy is turn/start's form of a sandbox mode.
-func sandboxPolicy(mode string) *codexrpc.SandboxPolicy {
+func sandboxPolicy(mode string) *codexproto.SandboxPolicy {
 	switch mode {
 	case messages.SandboxReadOnly:
-		return &codexrpc.SandboxPolicy{Type: codexrpc.PolicyReadOnly}
+		return &codexproto.SandboxPolicy{Type: codexproto.PolicyReadOnly}
 	case messages.SandboxWorkspaceWrite:
-		return &codexrpc.SandboxPolicy{Type: codexrpc.PolicyWorkspaceWrite}
+		return &codexproto.SandboxPolicy{Type: codexproto.PolicyWorkspaceWrite}
 	case messages.SandboxDangerFullAccess:
-		return &codexrpc.SandboxPolicy{Type: codexrpc.PolicyDangerFullAccess}
+		return &codexproto.SandboxPolicy{Type: codexproto.PolicyDangerFullAccess}
 	}
 	return nil
 }
@@ -125,7 +125,7 @@ func outputSchema(text string) (json.RawMessage, error) {
 // file's real path. A path must resolve, symlinks followed, to a regular
 // file of at most MaxImageLen bytes inside workspace. Errors name the
 // image by index, never its data.
-func imageInputs(images []messages.ImageInput, workspace string) ([]codexrpc.InputItem, error) {
+func imageInputs(images []messages.ImageInput, workspace string) ([]codexproto.InputItem, error) {
 	if len(images) == 0 {
 		return nil, nil
 	}
@@ -133,20 +133,20 @@ func imageInputs(images []messages.ImageInput, workspace string) ([]codexrpc.Inp
 	if err != nil {
 		return nil, fmt.Errorf("resolving the workspace: %w", err)
 	}
-	out := make([]codexrpc.InputItem, 0, len(images))
+	out := make([]codexproto.InputItem, 0, len(images))
 	for i, im := range images {
 		switch {
 		case im.DataURL != "" && im.Path == "":
 			if _, err := messages.DecodeDataURL(im.DataURL); err != nil {
 				return nil, fmt.Errorf("%w: image %d: %v", errInput, i, err)
 			}
-			out = append(out, codexrpc.InputItem{Type: codexrpc.InputImage, URL: im.DataURL})
+			out = append(out, codexproto.InputItem{Type: codexproto.InputImage, URL: im.DataURL})
 		case im.Path != "" && im.DataURL == "":
 			p, err := workspaceFile(root, im.Path)
 			if err != nil {
 				return nil, fmt.Errorf("%w: image %d: %v", errInput, i, err)
 			}
-			out = append(out, codexrpc.InputItem{Type: codexrpc.InputLocalImage, Path: p})
+			out = append(out, codexproto.InputItem{Type: codexproto.InputLocalImage, Path: p})
 		default:
 			return nil, fmt.Errorf("%w: image %d needs exactly one of data_url and path", errInput, i)
 		}
@@ -185,20 +185,20 @@ func workspaceFile(root, rel string) (string, error) {
 // contextKind is an entry's kind, application by default.
 func contextKind(e messages.ContextEntry) string {
 	if e.Kind == messages.ContextUntrusted {
-		return codexrpc.ContextUntrusted
+		return codexproto.ContextUntrusted
 	}
-	return codexrpc.ContextApplication
+	return codexproto.ContextApplication
 }
 
 // nativeContext is turn/start's additionalContext map of a round's
 // entries; nil when there are none.
-func nativeContext(entries []messages.ContextEntry) map[string]codexrpc.AdditionalContextEntry {
+func nativeContext(entries []messages.ContextEntry) map[string]codexproto.AdditionalContextEntry {
 	if len(entries) == 0 {
 		return nil
 	}
-	out := make(map[string]codexrpc.AdditionalContextEntry, len(entries))
+	out := make(map[string]codexproto.AdditionalContextEntry, len(entries))
 	for _, e := range entries {
-		out[e.Key] = codexrpc.AdditionalContextEntry{Kind: contextKind(e), Value: e.Value}
+		out[e.Key] = codexproto.AdditionalContextEntry{Kind: contextKind(e), Value: e.Value}
 	}
 	return out
 }
@@ -215,7 +215,7 @@ func foldContext(text string, entries []messages.ContextEntry) string {
 	b.WriteString(text)
 	for _, e := range entries {
 		tag := e.Key
-		if contextKind(e) == codexrpc.ContextUntrusted {
+		if contextKind(e) == codexproto.ContextUntrusted {
 			tag = "external_" + e.Key
 		}
 		fmt.Fprintf(&b, "\n\n<%s>\n%s\n</%s>", tag, e.Value, tag)
@@ -228,7 +228,7 @@ func foldContext(text string, entries []messages.ContextEntry) string {
 // schema, context (native when the CLI of version v supports it, else
 // folded into the text) and its sandbox and approval policy within b.
 // notes are the clamps to tell the caller about.
-func turnStartParams(base codexrpc.TurnStartParams, req messages.StartRound, workspace string, v codexrpc.Version, b policyBounds) (p codexrpc.TurnStartSurfaceParams, notes []string, err error) {
+func turnStartParams(base codexproto.TurnStartParams, req messages.StartRound, workspace string, v codexproto.Version, b policyBounds) (p codexproto.TurnStartSurfaceParams, notes []string, err error) {
 	p.TurnStartParams = base
 	text := req.Text
 	if v.SupportsAdditionalContext() {
@@ -236,7 +236,7 @@ func turnStartParams(base codexrpc.TurnStartParams, req messages.StartRound, wor
 	} else {
 		text = foldContext(text, req.AdditionalContext)
 	}
-	p.Input = []codexrpc.InputItem{{Type: codexrpc.InputText, Text: text}}
+	p.Input = []codexproto.InputItem{{Type: codexproto.InputText, Text: text}}
 	images, err := imageInputs(req.Images, workspace)
 	if err != nil {
 		return p, nil, err

@@ -1,8 +1,10 @@
 package actors
 
 import (
+	"encoding/json"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -51,30 +53,77 @@ type userGone struct {
 	pid  *actor.PID
 }
 
+// appServerLive tells the user actor whether its app-server has a live
+// process (a user with one is not reaped).
+type appServerLive struct{ live bool }
+
 // userTick is the user actor's idle check.
 type userTick struct{}
 
-// Requests between local actors carry a buffered reply channel, written
-// once: the asker can stop waiting when its context ends, which hollywood's
-// Request cannot do.
-
-// acquireClient asks the codex actor for a ready client.
-// A round's or a login call's acquire takes a lease: the process is not
-// idle (not evicted) until the lease is given back by subscribe or
-// releaseClient.
-type acquireClient struct {
-	lease bool
-	// pin keeps the process for a login session: account notifications and
-	// the process's death go to pin until unpinClient.
-	pin   *actor.PID
-	reply chan clientReady // buffered 1
+// openThread asks the app-server actor for a codex thread to run a round
+// in: threadID resumed (or, loaded already with the same settings, taken
+// as it is), or a fresh thread when threadID is "". It is answered with
+// threadOpenResult, after which the thread's notifications are routed to
+// round. A warm-up's has no round: warmReply gets WarmedUp.
+type openThread struct {
+	round       *actor.PID
+	threadID    string
+	settings    threadSettings
+	autoApprove bool
 	// secrets the process may be handed (an MCP bearer token): redacted
 	// from its stderr from now on.
-	secrets []string
-	// starting, if set, is told appServerStarting when the request has to
-	// wait for a process to start.
-	starting *actor.PID
+	secrets   []string
+	warmReply *actor.PID
 }
+
+// threadOpenResult answers openThread. Unavailable marks an err that is
+// about having a process at all (it could not start, or cools down).
+type threadOpenResult struct {
+	threadID    string
+	resumed     bool
+	warm        bool // it was loaded with the same settings: no resume was made
+	err         error
+	unavailable bool
+}
+
+// appCall asks the app-server actor to make one call and answer to with
+// appAnswer{tag}; thread names the thread it is about, if any. Pin keeps
+// the process for to (a login session) until unpinClient.
+type appCall struct {
+	method string
+	params any
+	thread string
+	to     *actor.PID
+	tag    any
+	pin    bool
+	// setup is the login actor's credentials call: it runs at once on the
+	// live process, ahead of the commands waiting for a key check; ifLive
+	// runs it only if a process is live (else it is dropped, unanswered).
+	setup, ifLive bool
+	// secrets the call carries: redacted from the process's stderr.
+	secrets []string
+}
+
+// appAnswer answers appCall: the call's result, or why there is none
+// (unavailable: no process could be had for it).
+type appAnswer struct {
+	tag         any
+	result      json.RawMessage
+	err         error
+	unavailable bool
+}
+
+// warmUp asks the app-server actor to start and, for a mesh thread that
+// has a codex thread, load it with settings; reply gets WarmedUp.
+type warmUp struct {
+	key      string
+	settings threadSettings
+	secrets  []string
+	reply    *actor.PID
+}
+
+// pinClient pins the process for a login session (see appCall.pin).
+type pinClient struct{ pin *actor.PID }
 
 // approvalAnswered tells a round that codex asked an approval for it and
 // how the daemon answered (approved when the round has auto_approve).
@@ -83,44 +132,31 @@ type approvalAnswered struct {
 	approved bool
 }
 
-// appServerStarting tells an acquireClient's starting PID that the user's
-// app-server is being started for it.
+// appServerStarting tells a round that the user's app-server is being
+// started for it.
 type appServerStarting struct{}
-
-// releaseClient gives back a lease taken on the process of generation gen.
-type releaseClient struct{ gen uint64 }
-
-// threadOpened tells a round which codex thread it runs in, before any of
-// the thread's notifications can reach it.
-type threadOpened struct {
-	threadID    string
-	resumed     bool
-	fellBack    bool
-	contextLost bool
-}
 
 // unpinClient ends a pin.
 type unpinClient struct{ pin *actor.PID }
 
-// applyAPIKey asks the codex actor to write the stored API key into the
-// home now, when a process runs (otherwise the next start does).
-type applyAPIKey struct{}
+// loginIs tells the app-server actor which actor sets its home's
+// credentials up.
+type loginIs struct{ pid *actor.PID }
+
+// keyCheck asks the login actor to make sure the home holds the stored
+// credentials before the app-server actor runs what waits; keyChecked
+// answers it (after the key was written, when it had to be).
+type keyCheck struct{ seq uint64 }
+type keyChecked struct{ seq uint64 }
 
 // accountNote is an account/* notification, for the pinned login actor.
 type accountNote struct{ note *codexrpc.Notification }
 
-// clientReady answers acquireClient.
-type clientReady struct {
-	client *codexrpc.Client
-	gen    uint64
-	err    error
-}
-
 // codexStarted and codexStartFailed end a start attempt.
 type codexStarted struct {
-	gen    uint64
-	proc   *codexrpc.Process
-	client *codexrpc.Client
+	gen     uint64
+	proc    appProcess
+	version codexproto.Version
 }
 
 type codexStartFailed struct {
@@ -156,23 +192,20 @@ type serverAnswer struct {
 	wait time.Duration
 }
 
-// subscribe routes a thread's notifications to a round.
+// subscribe is a round's subscription to a thread's notifications.
 type subscribe struct {
-	gen         uint64 // the process the round's calls go to
 	threadID    string
 	round       *actor.PID
 	autoApprove bool
 }
 
+// unsubscribe ends a round's subscription. Keep leaves the thread loaded
+// (its turn ended cleanly); otherwise the next round reloads it.
 type unsubscribe struct {
 	threadID string
 	round    *actor.PID
+	keep     bool
 }
-
-// reopenThread tells the codex actor that a round is about to resume
-// threadID: what the thread says from now on is kept for the round's
-// subscription, even if an earlier round left it.
-type reopenThread struct{ threadID string }
 
 // roundNote is a routed notification, delivered to the round actor.
 type roundNote struct{ note *codexrpc.Notification }
@@ -180,26 +213,16 @@ type roundNote struct{ note *codexrpc.Notification }
 // questionAsked surfaces a requestUserInput question to the round.
 type questionAsked struct{ text string }
 
-// checkHealth asks the codex actor to make sure the process of generation
-// gen still answers: a call to it ran out of time.
-type checkHealth struct{ gen uint64 }
-
-// healthChecked is the end of a health call to the process of generation
-// gen: nil when it answered.
-type healthChecked struct {
-	gen uint64
-	err error
-}
-
 // codexLost tells a round its process died.
 type codexLost struct{ err error }
 
 // Registry actor messages.
 type lookupThread struct {
 	key   string
-	reply chan threadLookup // buffered 1
+	round *actor.PID // gets threadLookup
 }
 type threadLookup struct {
+	key      string
 	threadID string
 	turns    []store.Turn // the journal, for a transcript
 	damaged  bool         // the record or the journal was damaged or unreadable
@@ -226,13 +249,6 @@ type saved struct {
 }
 
 // Round actor messages.
-type turnStarted struct {
-	turnID string
-}
-type driverFailed struct {
-	status messages.VerdictStatus
-	err    error
-}
 type roundDone struct {
 	key     string
 	roundID string

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 )
@@ -21,7 +22,7 @@ const maxDiff = 64 << 10
 // turnEnd is what turn/completed says.
 type turnEnd struct {
 	TurnID         string
-	Status         string // codexrpc.Turn* status
+	Status         string // codexproto.Turn* status
 	Error          string
 	CodexErrorInfo string
 	// ErrorInfo classifies a failed turn's error; nil without one.
@@ -191,7 +192,7 @@ func (m *mapper) Answer() string { return m.answer.String() }
 // turn/completed, the end of the turn. Anything it does not know yields
 // nothing: no notification may fault a round.
 func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd) {
-	var h codexrpc.ThreadHeader
+	var h codexproto.ThreadHeader
 	_ = json.Unmarshal(n.Params, &h) // absent or unreadable: the round's own
 	if m.thread != "" && h.ThreadID != "" && h.ThreadID != m.thread {
 		if c := m.children[h.ThreadID]; c != nil {
@@ -203,25 +204,25 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 		return evs, nil
 	}
 	switch n.Method {
-	case codexrpc.NoteAgentMessageDelta:
-		var d codexrpc.Delta
+	case codexproto.NoteAgentMessageDelta:
+		var d codexproto.Delta
 		if json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
 			return nil, nil
 		}
 		m.streamed[d.ItemID] = true
 		m.answer.WriteString(d.Delta)
 		return one(messages.RoundEvent{Kind: messages.KindText, Text: d.Delta, ItemID: d.ItemID}), nil
-	case codexrpc.NoteReasoningSummary, codexrpc.NoteReasoningText:
-		var d codexrpc.Delta
+	case codexproto.NoteReasoningSummary, codexproto.NoteReasoningText:
+		var d codexproto.Delta
 		if json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
 			return nil, nil
 		}
 		m.streamed[d.ItemID] = true
 		return one(messages.RoundEvent{Kind: messages.KindReasoning, Text: d.Delta, ItemID: d.ItemID}), nil
-	case codexrpc.NoteItemStarted, codexrpc.NoteItemCompleted:
+	case codexproto.NoteItemStarted, codexproto.NoteItemCompleted:
 		return m.item(n, true), nil
-	case codexrpc.NoteTurnStarted:
-		var t codexrpc.TurnNotification
+	case codexproto.NoteTurnStarted:
+		var t codexproto.TurnNotification
 		if json.Unmarshal(n.Params, &t) == nil {
 			m.turnID = t.Turn.ID
 			if m.thread == "" {
@@ -229,8 +230,8 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 			}
 		}
 		return nil, nil
-	case codexrpc.NoteTokenUsage:
-		var u codexrpc.TokenUsageNotification
+	case codexproto.NoteTokenUsage:
+		var u codexproto.TokenUsageNotification
 		// Only the round's own turn: a resume re-sends the usage of the
 		// thread's previous turn, which an earlier round already reported.
 		if json.Unmarshal(n.Params, &u) != nil || m.turnID == "" || u.TurnID != m.turnID {
@@ -243,14 +244,14 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 			OutputTokens: l.OutputTokens, ReasoningOutputTokens: l.ReasoningOutputTokens,
 			TotalTokens: l.TotalTokens,
 		}}), nil
-	case codexrpc.NoteError:
-		var e codexrpc.ErrorNotification
+	case codexproto.NoteError:
+		var e codexproto.ErrorNotification
 		if json.Unmarshal(n.Params, &e) != nil {
 			return nil, nil
 		}
 		return one(m.errorEvent(&e, true)), nil
-	case codexrpc.NoteModelRerouted:
-		var r codexrpc.ModelRerouted
+	case codexproto.NoteModelRerouted:
+		var r codexproto.ModelRerouted
 		if json.Unmarshal(n.Params, &r) != nil {
 			return nil, nil
 		}
@@ -261,8 +262,8 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 		return one(messages.RoundEvent{Kind: messages.KindModelRerouted,
 			Text:    fmt.Sprintf("model rerouted from %s to %s", r.FromModel, r.ToModel),
 			Reroute: &messages.ModelReroute{From: r.FromModel, To: r.ToModel, Reason: reason}}), nil
-	case codexrpc.NoteMCPStartupStatus:
-		var s codexrpc.MCPStartupStatus
+	case codexproto.NoteMCPStartupStatus:
+		var s codexproto.MCPStartupStatus
 		if json.Unmarshal(n.Params, &s) != nil || s.Status != "failed" {
 			return nil, nil
 		}
@@ -271,10 +272,10 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 			text += ": " + *s.Error
 		}
 		return one(messages.RoundEvent{Kind: messages.KindNotice, Text: text}), nil
-	case codexrpc.NoteTurnCompleted:
-		var t codexrpc.TurnNotification
+	case codexproto.NoteTurnCompleted:
+		var t codexproto.TurnNotification
 		if json.Unmarshal(n.Params, &t) != nil {
-			return nil, &turnEnd{Status: codexrpc.TurnFailed, Error: "turn/completed could not be read"}
+			return nil, &turnEnd{Status: codexproto.TurnFailed, Error: "turn/completed could not be read"}
 		}
 		end := &turnEnd{TurnID: t.Turn.ID, Status: t.Turn.Status}
 		if t.Turn.Error != nil {
@@ -282,7 +283,7 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 			if len(t.Turn.Error.CodexErrorInfo) > 0 && string(t.Turn.Error.CodexErrorInfo) != "null" {
 				end.CodexErrorInfo = string(t.Turn.Error.CodexErrorInfo)
 			}
-			if t.Turn.Status == codexrpc.TurnFailed {
+			if t.Turn.Status == codexproto.TurnFailed {
 				end.ErrorInfo = m.classify(t.Turn.Error.CodexErrorInfo, t.Turn.Error.Message)
 			}
 		}
@@ -294,59 +295,59 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 // item maps item/started and item/completed, of the round's thread (own)
 // or of a subagent's.
 func (m *mapper) item(n *codexrpc.Notification, own bool) []messages.RoundEvent {
-	var in codexrpc.ItemNotification
+	var in codexproto.ItemNotification
 	if json.Unmarshal(n.Params, &in) != nil {
 		return nil
 	}
-	var sx codexrpc.SurfaceItem
+	var sx codexproto.SurfaceItem
 	switch in.Item.Type {
-	case codexrpc.ItemFileChange, codexrpc.ItemCollabAgentToolCall, codexrpc.ItemSubAgentActivity:
-		var s codexrpc.SurfaceItemNotification
+	case codexproto.ItemFileChange, codexproto.ItemCollabAgentToolCall, codexproto.ItemSubAgentActivity:
+		var s codexproto.SurfaceItemNotification
 		if json.Unmarshal(n.Params, &s) != nil {
 			return nil
 		}
 		sx = s.Item
 	}
 	switch in.Item.Type {
-	case codexrpc.ItemCollabAgentToolCall:
-		return m.collab(&sx, n.Method == codexrpc.NoteItemCompleted)
-	case codexrpc.ItemSubAgentActivity:
+	case codexproto.ItemCollabAgentToolCall:
+		return m.collab(&sx, n.Method == codexproto.NoteItemCompleted)
+	case codexproto.ItemSubAgentActivity:
 		return m.subAgentActivity(&sx)
 	}
-	if n.Method == codexrpc.NoteItemStarted {
+	if n.Method == codexproto.NoteItemStarted {
 		return m.itemStarted(&in.Item, &sx)
 	}
 	return m.itemCompleted(&in.Item, own)
 }
 
-func (m *mapper) itemStarted(it *codexrpc.Item, sx *codexrpc.SurfaceItem) []messages.RoundEvent {
+func (m *mapper) itemStarted(it *codexproto.Item, sx *codexproto.SurfaceItem) []messages.RoundEvent {
 	call := func(tc messages.ToolCall) []messages.RoundEvent {
 		tc.CallID = it.ID
 		return one(messages.RoundEvent{Kind: messages.KindToolCall, ItemID: it.ID, Tool: &tc})
 	}
 	switch it.Type {
-	case codexrpc.ItemCommandExecution:
+	case codexproto.ItemCommandExecution:
 		return call(messages.ToolCall{Name: "shell", Args: jsonText(map[string]string{"command": it.Command}), Cwd: it.Cwd})
-	case codexrpc.ItemMCPToolCall:
+	case codexproto.ItemMCPToolCall:
 		return call(messages.ToolCall{Name: mcpName(it), Args: rawArgs(it.Arguments)})
-	case codexrpc.ItemFileChange:
+	case codexproto.ItemFileChange:
 		return call(messages.ToolCall{Name: "apply_patch", Paths: diffChanges(sx.Changes)})
-	case codexrpc.ItemWebSearch:
+	case codexproto.ItemWebSearch:
 		return call(messages.ToolCall{Name: "web_search", Args: jsonText(map[string]string{"query": it.Query})})
-	case codexrpc.ItemDynamicToolCall:
+	case codexproto.ItemDynamicToolCall:
 		return call(messages.ToolCall{Name: it.Tool, Args: rawArgs(it.Arguments)})
 	}
 	return nil
 }
 
-func (m *mapper) itemCompleted(it *codexrpc.Item, own bool) []messages.RoundEvent {
+func (m *mapper) itemCompleted(it *codexproto.Item, own bool) []messages.RoundEvent {
 	result := func(r messages.ToolResult) []messages.RoundEvent {
 		r.CallID = it.ID
 		r.Output = clip(r.Output, maxToolOutput)
 		return one(messages.RoundEvent{Kind: messages.KindToolResult, ItemID: it.ID, Result: &r})
 	}
 	switch it.Type {
-	case codexrpc.ItemAgentMessage:
+	case codexproto.ItemAgentMessage:
 		if own {
 			m.lastMessage = it.Text
 		}
@@ -357,7 +358,7 @@ func (m *mapper) itemCompleted(it *codexrpc.Item, own bool) []messages.RoundEven
 			m.answer.WriteString(it.Text)
 		}
 		return one(messages.RoundEvent{Kind: messages.KindText, Text: it.Text, ItemID: it.ID})
-	case codexrpc.ItemReasoning:
+	case codexproto.ItemReasoning:
 		if m.streamed[it.ID] {
 			return nil
 		}
@@ -370,7 +371,7 @@ func (m *mapper) itemCompleted(it *codexrpc.Item, own bool) []messages.RoundEven
 			return nil
 		}
 		return one(messages.RoundEvent{Kind: messages.KindReasoning, Text: text, ItemID: it.ID})
-	case codexrpc.ItemCommandExecution:
+	case codexproto.ItemCommandExecution:
 		r := messages.ToolResult{Name: "shell", ExitCode: it.ExitCode}
 		if it.AggregatedOutput != nil {
 			r.Output = *it.AggregatedOutput
@@ -384,7 +385,7 @@ func (m *mapper) itemCompleted(it *codexrpc.Item, own bool) []messages.RoundEven
 			r.Failed, r.Fault = true, "failed"
 		}
 		return result(r)
-	case codexrpc.ItemMCPToolCall:
+	case codexproto.ItemMCPToolCall:
 		r := messages.ToolResult{Name: mcpName(it)}
 		if it.Result != nil {
 			r.Output = contentText(it.Result.Content)
@@ -397,15 +398,15 @@ func (m *mapper) itemCompleted(it *codexrpc.Item, own bool) []messages.RoundEven
 			r.Failed, r.Fault = true, "the tool reported an error"
 		}
 		return result(r)
-	case codexrpc.ItemFileChange:
+	case codexproto.ItemFileChange:
 		r := messages.ToolResult{Name: "apply_patch", Output: pathsText(it.Changes)}
 		if it.Status != "completed" {
 			r.Failed, r.Fault = true, orDefault(it.Status, "failed")
 		}
 		return result(r)
-	case codexrpc.ItemWebSearch:
+	case codexproto.ItemWebSearch:
 		return result(messages.ToolResult{Name: "web_search", Output: it.Query})
-	case codexrpc.ItemDynamicToolCall:
+	case codexproto.ItemDynamicToolCall:
 		r := messages.ToolResult{Name: it.Tool, Output: contentText(it.ContentItems)}
 		if (it.Success != nil && !*it.Success) || it.Status == "failed" {
 			r.Failed, r.Fault = true, "the tool reported an error"
@@ -418,7 +419,7 @@ func (m *mapper) itemCompleted(it *codexrpc.Item, own bool) []messages.RoundEven
 func one(e messages.RoundEvent) []messages.RoundEvent { return []messages.RoundEvent{e} }
 
 // mcpName names an MCP call as the mesh does for every harness.
-func mcpName(it *codexrpc.Item) string { return "mcp__" + it.Server + "__" + it.Tool }
+func mcpName(it *codexproto.Item) string { return "mcp__" + it.Server + "__" + it.Tool }
 
 func rawArgs(raw json.RawMessage) string {
 	if len(raw) == 0 || string(raw) == "null" {
@@ -436,7 +437,7 @@ func jsonText(v any) string {
 }
 
 // diffChanges lists a patch's files with their diffs, each bounded.
-func diffChanges(cs []codexrpc.FileChangeDiff) []messages.FileChange {
+func diffChanges(cs []codexproto.FileChangeDiff) []messages.FileChange {
 	out := make([]messages.FileChange, 0, len(cs))
 	for _, c := range cs {
 		fc := messages.FileChange{Path: c.Path, Kind: c.Kind.Type, Diff: clip(c.Diff, maxDiff)}
@@ -462,7 +463,7 @@ func structuredContent(raw json.RawMessage) string {
 	return b.String()
 }
 
-func pathsText(cs []codexrpc.FileChange) string {
+func pathsText(cs []codexproto.FileChange) string {
 	var b strings.Builder
 	for _, c := range cs {
 		fmt.Fprintf(&b, "%s %s\n", c.Kind.Type, c.Path)
@@ -470,7 +471,7 @@ func pathsText(cs []codexrpc.FileChange) string {
 	return b.String()
 }
 
-func contentText(items []codexrpc.ContentItem) string {
+func contentText(items []codexproto.ContentItem) string {
 	var parts []string
 	for _, c := range items {
 		if c.Text != "" {
@@ -503,22 +504,22 @@ func clip(s string, n int) string {
 // upstream error the CLI retries does not: a model that never answers
 // would otherwise hold its round past the stall deadline for ever.
 func isProgress(n *codexrpc.Notification) bool {
-	if n.Method != codexrpc.NoteError {
+	if n.Method != codexproto.NoteError {
 		return true
 	}
-	var e codexrpc.ErrorNotification
+	var e codexproto.ErrorNotification
 	return json.Unmarshal(n.Params, &e) != nil || !e.WillRetry
 }
 
 // rateLimit is one rate-limit bucket as the mesh sees it.
-func rateLimit(s codexrpc.RateLimitSnapshot) messages.RateLimit {
+func rateLimit(s codexproto.RateLimitSnapshot) messages.RateLimit {
 	str := func(p *string) string {
 		if p == nil {
 			return ""
 		}
 		return *p
 	}
-	window := func(w *codexrpc.RateLimitWindow) *messages.RateLimitWindow {
+	window := func(w *codexproto.RateLimitWindow) *messages.RateLimitWindow {
 		if w == nil {
 			return nil
 		}
@@ -543,30 +544,30 @@ func rateLimit(s codexrpc.RateLimitSnapshot) messages.RateLimit {
 // ok is false for the others.
 func (m *mapper) surfaceNote(n *codexrpc.Notification) (evs []messages.RoundEvent, ok bool) {
 	switch n.Method {
-	case codexrpc.NoteTurnDiff:
-		var d codexrpc.TurnDiff
+	case codexproto.NoteTurnDiff:
+		var d codexproto.TurnDiff
 		if json.Unmarshal(n.Params, &d) != nil || d.Diff == "" || d.Diff == m.lastDiff {
 			return nil, true // the CLI repeats the same diff 2 or 3 times a turn
 		}
 		m.lastDiff = d.Diff
 		return one(messages.RoundEvent{Kind: messages.KindDiff, Text: clip(d.Diff, maxToolOutput)}), true
-	case codexrpc.NoteCommandOutputDelta:
+	case codexproto.NoteCommandOutputDelta:
 		return m.outputDelta(n, ""), true
-	case codexrpc.NoteThreadSettings:
-		var s codexrpc.ThreadSettingsUpdated
+	case codexproto.NoteThreadSettings:
+		var s codexproto.ThreadSettingsUpdated
 		if json.Unmarshal(n.Params, &s) == nil && s.ThreadSettings.Model != "" {
 			m.usedModel = s.ThreadSettings.Model
 		}
 		return nil, true
-	case codexrpc.NoteThreadStarted:
-		var s codexrpc.ThreadStarted
+	case codexproto.NoteThreadStarted:
+		var s codexproto.ThreadStarted
 		if json.Unmarshal(n.Params, &s) == nil && s.Thread.ParentThreadID != nil &&
 			*s.Thread.ParentThreadID != "" && (m.thread == "" || *s.Thread.ParentThreadID == m.thread) {
 			m.addChild(s.Thread.ID)
 		}
 		return nil, true
-	case codexrpc.NoteRateLimitsUpdated:
-		var r codexrpc.RateLimitsUpdated
+	case codexproto.NoteRateLimitsUpdated:
+		var r codexproto.RateLimitsUpdated
 		if json.Unmarshal(n.Params, &r) == nil {
 			m.noteRateLimits(r.RateLimits)
 		}
@@ -576,8 +577,8 @@ func (m *mapper) surfaceNote(n *codexrpc.Notification) (evs []messages.RoundEven
 }
 
 // noteRateLimits keeps the reset time of an exhausted window.
-func (m *mapper) noteRateLimits(s codexrpc.RateLimitSnapshot) {
-	for _, w := range []*codexrpc.RateLimitWindow{s.Primary, s.Secondary} {
+func (m *mapper) noteRateLimits(s codexproto.RateLimitSnapshot) {
+	for _, w := range []*codexproto.RateLimitWindow{s.Primary, s.Secondary} {
 		if w != nil && w.ResetsAt != nil && w.UsedPercent >= 100 && *w.ResetsAt > m.resetsAt {
 			m.resetsAt = *w.ResetsAt
 		}
@@ -586,7 +587,7 @@ func (m *mapper) noteRateLimits(s codexrpc.RateLimitSnapshot) {
 
 // outputDelta maps a command output delta, for rounds that asked for them.
 func (m *mapper) outputDelta(n *codexrpc.Notification, agent string) []messages.RoundEvent {
-	var d codexrpc.Delta
+	var d codexproto.Delta
 	if !m.streamOutput || json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
 		return nil
 	}
@@ -595,7 +596,7 @@ func (m *mapper) outputDelta(n *codexrpc.Notification, agent string) []messages.
 
 // errorEvent maps an error notification; a final error of the round's own
 // thread is kept for the verdict.
-func (m *mapper) errorEvent(e *codexrpc.ErrorNotification, own bool) messages.RoundEvent {
+func (m *mapper) errorEvent(e *codexproto.ErrorNotification, own bool) messages.RoundEvent {
 	info := m.classify(e.Error.CodexErrorInfo, e.Error.Message)
 	if e.WillRetry { // not a verdict, but the caller should know
 		text := e.Error.Message
@@ -613,38 +614,38 @@ func (m *mapper) errorEvent(e *codexrpc.ErrorNotification, own bool) messages.Ro
 // childNote maps a notification of a subagent's thread: its text,
 // reasoning, tools, output, usage and errors, attributed to it. Its turns
 // never end the round.
-func (m *mapper) childNote(n *codexrpc.Notification, h codexrpc.ThreadHeader, c *childThread) []messages.RoundEvent {
+func (m *mapper) childNote(n *codexrpc.Notification, h codexproto.ThreadHeader, c *childThread) []messages.RoundEvent {
 	var evs []messages.RoundEvent
 	switch n.Method {
-	case codexrpc.NoteAgentMessageDelta, codexrpc.NoteReasoningSummary, codexrpc.NoteReasoningText:
-		var d codexrpc.Delta
+	case codexproto.NoteAgentMessageDelta, codexproto.NoteReasoningSummary, codexproto.NoteReasoningText:
+		var d codexproto.Delta
 		if json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
 			return nil
 		}
 		m.streamed[d.ItemID] = true
 		kind := messages.KindReasoning
-		if n.Method == codexrpc.NoteAgentMessageDelta {
+		if n.Method == codexproto.NoteAgentMessageDelta {
 			kind = messages.KindText
 		}
 		evs = one(messages.RoundEvent{Kind: kind, Text: d.Delta, ItemID: d.ItemID})
-	case codexrpc.NoteItemStarted, codexrpc.NoteItemCompleted:
+	case codexproto.NoteItemStarted, codexproto.NoteItemCompleted:
 		evs = m.item(n, false)
-		if n.Method == codexrpc.NoteItemCompleted {
-			var in codexrpc.ItemNotification
-			if json.Unmarshal(n.Params, &in) == nil && in.Item.Type == codexrpc.ItemAgentMessage {
+		if n.Method == codexproto.NoteItemCompleted {
+			var in codexproto.ItemNotification
+			if json.Unmarshal(n.Params, &in) == nil && in.Item.Type == codexproto.ItemAgentMessage {
 				c.lastMessage = in.Item.Text
 			}
 		}
-	case codexrpc.NoteCommandOutputDelta:
+	case codexproto.NoteCommandOutputDelta:
 		evs = m.outputDelta(n, "")
-	case codexrpc.NoteTurnDiff:
-		var d codexrpc.TurnDiff
+	case codexproto.NoteTurnDiff:
+		var d codexproto.TurnDiff
 		if json.Unmarshal(n.Params, &d) != nil || d.Diff == "" {
 			return nil
 		}
 		evs = one(messages.RoundEvent{Kind: messages.KindDiff, Text: clip(d.Diff, maxToolOutput)})
-	case codexrpc.NoteTurnStarted:
-		var t codexrpc.TurnNotification
+	case codexproto.NoteTurnStarted:
+		var t codexproto.TurnNotification
 		if json.Unmarshal(n.Params, &t) != nil {
 			return nil
 		}
@@ -654,10 +655,10 @@ func (m *mapper) childNote(n *codexrpc.Notification, h codexrpc.ThreadHeader, c 
 			c.announced, sub.Phase = true, messages.SubagentStarted
 		}
 		evs = one(messages.RoundEvent{Kind: messages.KindSubagent, Subagent: &sub})
-	case codexrpc.NoteTurnCompleted:
+	case codexproto.NoteTurnCompleted:
 		// The subagent's work is done (until it is sent more): its
 		// answer goes to the caller; the round's own turn goes on.
-		var t codexrpc.TurnNotification
+		var t codexproto.TurnNotification
 		if json.Unmarshal(n.Params, &t) != nil {
 			return nil
 		}
@@ -667,8 +668,8 @@ func (m *mapper) childNote(n *codexrpc.Notification, h codexrpc.ThreadHeader, c 
 			sub.Message = t.Turn.Error.Message
 		}
 		evs = one(messages.RoundEvent{Kind: messages.KindSubagent, Subagent: &sub})
-	case codexrpc.NoteTokenUsage:
-		var u codexrpc.TokenUsageNotification
+	case codexproto.NoteTokenUsage:
+		var u codexproto.TokenUsageNotification
 		if json.Unmarshal(n.Params, &u) != nil || c.turnID == "" || u.TurnID != c.turnID {
 			return nil
 		}
@@ -678,8 +679,8 @@ func (m *mapper) childNote(n *codexrpc.Notification, h codexrpc.ThreadHeader, c 
 			OutputTokens: l.OutputTokens, ReasoningOutputTokens: l.ReasoningOutputTokens,
 			TotalTokens: l.TotalTokens,
 		}})
-	case codexrpc.NoteError:
-		var e codexrpc.ErrorNotification
+	case codexproto.NoteError:
+		var e codexproto.ErrorNotification
 		if json.Unmarshal(n.Params, &e) != nil {
 			return nil
 		}
@@ -696,7 +697,7 @@ func (m *mapper) childNote(n *codexrpc.Notification, h codexrpc.ThreadHeader, c 
 // collab maps a collab tool call of an agent: a spawn announces its new
 // threads, a call whose targets reached a final state ends them, anything
 // else is activity.
-func (m *mapper) collab(sx *codexrpc.SurfaceItem, completed bool) []messages.RoundEvent {
+func (m *mapper) collab(sx *codexproto.SurfaceItem, completed bool) []messages.RoundEvent {
 	var evs []messages.RoundEvent
 	for _, id := range sx.ReceiverThreadIDs {
 		c := m.addChild(id)
@@ -729,7 +730,7 @@ func (m *mapper) collab(sx *codexrpc.SurfaceItem, completed bool) []messages.Rou
 }
 
 // subAgentActivity maps a subAgentActivity item.
-func (m *mapper) subAgentActivity(sx *codexrpc.SurfaceItem) []messages.RoundEvent {
+func (m *mapper) subAgentActivity(sx *codexproto.SurfaceItem) []messages.RoundEvent {
 	c := m.addChild(sx.AgentThreadID)
 	if c == nil || m.streamed[sx.ID] {
 		return nil
@@ -768,22 +769,22 @@ func finalAgentStatus(s string) bool {
 // notification.
 func spawnedThreads(n *codexrpc.Notification) (parent string, children []string) {
 	switch n.Method {
-	case codexrpc.NoteItemStarted, codexrpc.NoteItemCompleted:
-		if !bytes.Contains(n.Params, []byte(codexrpc.ItemCollabAgentToolCall)) && !bytes.Contains(n.Params, []byte(codexrpc.ItemSubAgentActivity)) {
+	case codexproto.NoteItemStarted, codexproto.NoteItemCompleted:
+		if !bytes.Contains(n.Params, []byte(codexproto.ItemCollabAgentToolCall)) && !bytes.Contains(n.Params, []byte(codexproto.ItemSubAgentActivity)) {
 			return "", nil
 		}
-		var in codexrpc.SurfaceItemNotification
+		var in codexproto.SurfaceItemNotification
 		if json.Unmarshal(n.Params, &in) != nil {
 			return "", nil
 		}
 		switch in.Item.Type {
-		case codexrpc.ItemCollabAgentToolCall:
+		case codexproto.ItemCollabAgentToolCall:
 			for _, id := range in.Item.ReceiverThreadIDs {
 				if id != "" && id != in.ThreadID {
 					children = append(children, id)
 				}
 			}
-		case codexrpc.ItemSubAgentActivity:
+		case codexproto.ItemSubAgentActivity:
 			if id := in.Item.AgentThreadID; id != "" && id != in.ThreadID {
 				children = append(children, id)
 			}
@@ -792,8 +793,8 @@ func spawnedThreads(n *codexrpc.Notification) (parent string, children []string)
 			return "", nil
 		}
 		return in.ThreadID, children
-	case codexrpc.NoteThreadStarted:
-		var s codexrpc.ThreadStarted
+	case codexproto.NoteThreadStarted:
+		var s codexproto.ThreadStarted
 		if json.Unmarshal(n.Params, &s) != nil || s.Thread.ParentThreadID == nil || *s.Thread.ParentThreadID == "" || s.Thread.ID == "" {
 			return "", nil
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/schema"
@@ -24,7 +25,7 @@ const (
 // with the fields the schema requires.
 func itemNote(method, thread, item string) *codexrpc.Notification {
 	at := "startedAtMs"
-	if method == codexrpc.NoteItemCompleted {
+	if method == codexproto.NoteItemCompleted {
 		at = "completedAtMs"
 	}
 	return note(method, `{"threadId":"`+thread+`","turnId":"u","`+at+`":1,"item":`+item+`}`)
@@ -50,7 +51,7 @@ func surfaceRows() []struct {
 	future bool
 } {
 	started := note("turn/started", `{"threadId":"`+ownThread+`","turn":{"id":"u","items":[],"status":"inProgress"}}`)
-	spawn := itemNote(codexrpc.NoteItemStarted, ownThread, collabItem("spawnAgent", "inProgress", `["`+kidThread+`"]`, `{}`))
+	spawn := itemNote(codexproto.NoteItemStarted, ownThread, collabItem("spawnAgent", "inProgress", `["`+kidThread+`"]`, `{}`))
 	childStarted := note("turn/started", `{"threadId":"`+kidThread+`","turn":{"id":"cu","items":[],"status":"inProgress"}}`)
 	return []struct {
 		name   string
@@ -72,17 +73,17 @@ func surfaceRows() []struct {
 		{name: "command output delta, not opted in",
 			in: note("item/commandExecution/outputDelta", `{"threadId":"`+ownThread+`","turnId":"u","itemId":"call-1","delta":"tick 2\n"}`)},
 		{name: "file change with diffs",
-			in: itemNote(codexrpc.NoteItemStarted, ownThread, `{"type":"fileChange","id":"p","status":"inProgress","changes":[`+
+			in: itemNote(codexproto.NoteItemStarted, ownThread, `{"type":"fileChange","id":"p","status":"inProgress","changes":[`+
 				`{"path":"/w/a","kind":{"type":"update","move_path":"/w/b"},"diff":"@@ -1 +1 @@\n-x\n+y\n"},{"path":"/w/c","kind":{"type":"add"},"diff":"new\n"}]}`),
 			want: []messages.RoundEvent{{Kind: messages.KindToolCall, ItemID: "p", Tool: &messages.ToolCall{CallID: "p", Name: "apply_patch",
 				Paths: []messages.FileChange{{Path: "/w/a", Kind: "update", Diff: "@@ -1 +1 @@\n-x\n+y\n", MovePath: "/w/b"}, {Path: "/w/c", Kind: "add", Diff: "new\n"}}}}}},
 		{name: "mcp structured content",
-			in: itemNote(codexrpc.NoteItemCompleted, ownThread, `{"type":"mcpToolCall","id":"c","server":"meshweaver","tool":"echo","status":"completed","arguments":{},`+
+			in: itemNote(codexproto.NoteItemCompleted, ownThread, `{"type":"mcpToolCall","id":"c","server":"meshweaver","tool":"echo","status":"completed","arguments":{},`+
 				`"result":{"content":[{"type":"text","text":"hi"}],"structuredContent":{"echoed": "hi", "n": [1, 2]},"_meta":null}}`),
 			want: []messages.RoundEvent{{Kind: messages.KindToolResult, ItemID: "c", Result: &messages.ToolResult{
 				CallID: "c", Name: "mcp__meshweaver__echo", Output: "hi", Structured: `{"echoed":"hi","n":[1,2]}`}}}},
 		{name: "mcp null structured content",
-			in: itemNote(codexrpc.NoteItemCompleted, ownThread, `{"type":"mcpToolCall","id":"c","server":"s","tool":"t","status":"completed","arguments":{},`+
+			in: itemNote(codexproto.NoteItemCompleted, ownThread, `{"type":"mcpToolCall","id":"c","server":"s","tool":"t","status":"completed","arguments":{},`+
 				`"result":{"content":[],"structuredContent":null}}`),
 			want: []messages.RoundEvent{{Kind: messages.KindToolResult, ItemID: "c", Result: &messages.ToolResult{CallID: "c", Name: "mcp__s__t"}}}},
 		{name: "subagent spawn announces the child",
@@ -96,7 +97,7 @@ func surfaceRows() []struct {
 			want:  []messages.RoundEvent{{Kind: messages.KindText, Text: "found it", ItemID: "m", AgentThread: kidThread}}},
 		{name: "subagent command is attributed to the child",
 			prior: []*codexrpc.Notification{started, spawn},
-			in:    itemNote(codexrpc.NoteItemStarted, kidThread, `{"type":"commandExecution","id":"call-9","command":"ls","cwd":"/w","status":"inProgress","commandActions":[]}`),
+			in:    itemNote(codexproto.NoteItemStarted, kidThread, `{"type":"commandExecution","id":"call-9","command":"ls","cwd":"/w","status":"inProgress","commandActions":[]}`),
 			want: []messages.RoundEvent{{Kind: messages.KindToolCall, ItemID: "call-9", AgentThread: kidThread, Tool: &messages.ToolCall{
 				CallID: "call-9", Name: "shell", Args: `{"command":"ls"}`, Cwd: "/w"}}}},
 		{name: "subagent usage is attributed to the child",
@@ -111,23 +112,23 @@ func surfaceRows() []struct {
 				Phase: messages.SubagentActivity, Thread: kidThread, Tool: "turnStarted", Status: "inProgress"}}}},
 		{name: "subagent turn end ends it, not the round",
 			prior: []*codexrpc.Notification{started, spawn, childStarted,
-				itemNote(codexrpc.NoteItemCompleted, kidThread, `{"type":"agentMessage","id":"cm","text":"the bug is in x.go"}`)},
+				itemNote(codexproto.NoteItemCompleted, kidThread, `{"type":"agentMessage","id":"cm","text":"the bug is in x.go"}`)},
 			in: note("turn/completed", `{"threadId":"`+kidThread+`","turn":{"id":"cu","items":[],"status":"completed"}}`),
 			want: []messages.RoundEvent{{Kind: messages.KindSubagent, AgentThread: kidThread, Subagent: &messages.Subagent{
 				Phase: messages.SubagentEnded, Thread: kidThread, Tool: "turnCompleted", Status: "completed", Message: "the bug is in x.go"}}}},
 		{name: "subagent wait is activity",
 			prior: []*codexrpc.Notification{started, spawn},
-			in:    itemNote(codexrpc.NoteItemCompleted, ownThread, collabItem("wait", "completed", `["`+kidThread+`"]`, `{"`+kidThread+`":{"status":"running","message":null}}`)),
+			in:    itemNote(codexproto.NoteItemCompleted, ownThread, collabItem("wait", "completed", `["`+kidThread+`"]`, `{"`+kidThread+`":{"status":"running","message":null}}`)),
 			want: []messages.RoundEvent{{Kind: messages.KindSubagent, ItemID: "collab-1", Subagent: &messages.Subagent{
 				Phase: messages.SubagentActivity, Thread: kidThread, Tool: "wait", Status: "running", Prompt: "find the bug", Model: "mock-model"}}}},
 		{name: "subagent done ends it",
 			prior: []*codexrpc.Notification{started, spawn},
-			in:    itemNote(codexrpc.NoteItemCompleted, ownThread, collabItem("wait", "completed", `["`+kidThread+`"]`, `{"`+kidThread+`":{"status":"completed","message":"the bug is in x.go"}}`)),
+			in:    itemNote(codexproto.NoteItemCompleted, ownThread, collabItem("wait", "completed", `["`+kidThread+`"]`, `{"`+kidThread+`":{"status":"completed","message":"the bug is in x.go"}}`)),
 			want: []messages.RoundEvent{{Kind: messages.KindSubagent, ItemID: "collab-1", Subagent: &messages.Subagent{
 				Phase: messages.SubagentEnded, Thread: kidThread, Tool: "wait", Status: "completed", Prompt: "find the bug", Model: "mock-model", Message: "the bug is in x.go"}}}},
 		{name: "subagent activity item",
 			prior: []*codexrpc.Notification{started},
-			in:    itemNote(codexrpc.NoteItemStarted, ownThread, `{"type":"subAgentActivity","id":"sa-1","agentPath":"/root/worker","agentThreadId":"`+kidThread+`","kind":"started","model":"mock-model"}`),
+			in:    itemNote(codexproto.NoteItemStarted, ownThread, `{"type":"subAgentActivity","id":"sa-1","agentPath":"/root/worker","agentThreadId":"`+kidThread+`","kind":"started","model":"mock-model"}`),
 			want: []messages.RoundEvent{{Kind: messages.KindSubagent, ItemID: "sa-1", Subagent: &messages.Subagent{
 				Phase: messages.SubagentStarted, Thread: kidThread, Tool: "started", Model: "mock-model"}}}},
 		{name: "a thread that is neither the round's nor a child's is ignored",
@@ -139,18 +140,18 @@ func surfaceRows() []struct {
 		// What a newer CLI may send: new methods, new item types, new
 		// fields, new error infos. None may fault the round.
 		{name: "future notification", future: true, in: note("thread/hologram/updated", `{"threadId":"`+ownThread+`","x":[1,{"y":null}]}`)},
-		{name: "future item type", future: true, in: itemNote(codexrpc.NoteItemStarted, ownThread, `{"type":"teleport","id":"z","where":"mars"}`)},
+		{name: "future item type", future: true, in: itemNote(codexproto.NoteItemStarted, ownThread, `{"type":"teleport","id":"z","where":"mars"}`)},
 		{name: "future fields on a known item", future: true,
-			in:   itemNote(codexrpc.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"a","text":"hi","mood":{"happy":true},"phase":"final_answer"}`),
+			in:   itemNote(codexproto.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"a","text":"hi","mood":{"happy":true},"phase":"final_answer"}`),
 			want: []messages.RoundEvent{{Kind: messages.KindText, Text: "hi", ItemID: "a"}}},
 		{name: "future error info", future: true,
 			in:   note("error", `{"threadId":"`+ownThread+`","turnId":"u","willRetry":false,"error":{"message":"m","codexErrorInfo":{"quantumDecoherence":{"qubits":3}}}}`),
 			want: []messages.RoundEvent{{Kind: messages.KindError, Text: "m", ErrorInfo: &messages.ErrorInfo{Class: messages.ErrorOther, Code: "quantumDecoherence"}}}},
 		{name: "future collab tool", future: true,
 			prior: []*codexrpc.Notification{started},
-			in:    itemNote(codexrpc.NoteItemStarted, ownThread, collabItem("teleportAgent", "inProgress", `[]`, `{}`))},
+			in:    itemNote(codexproto.NoteItemStarted, ownThread, collabItem("teleportAgent", "inProgress", `[]`, `{}`))},
 		{name: "collab item of the wrong shape", future: true,
-			in: itemNote(codexrpc.NoteItemStarted, ownThread, `{"type":"collabAgentToolCall","id":"c","receiverThreadIds":"not a list"}`)},
+			in: itemNote(codexproto.NoteItemStarted, ownThread, `{"type":"collabAgentToolCall","id":"c","receiverThreadIds":"not a list"}`)},
 	}
 }
 
@@ -207,7 +208,7 @@ func TestSurfaceRowsMatchSchema(t *testing.T) {
 func TestMapperChildThreads(t *testing.T) {
 	m := newMapper()
 	m.setThread(ownThread, "mock-model")
-	m.note(itemNote(codexrpc.NoteItemStarted, ownThread, collabItem("spawnAgent", "inProgress", `["`+kidThread+`"]`, `{}`)))
+	m.note(itemNote(codexproto.NoteItemStarted, ownThread, collabItem("spawnAgent", "inProgress", `["`+kidThread+`"]`, `{}`)))
 	if got := m.takeNewChildren(); len(got) != 1 || got[0] != kidThread {
 		t.Fatalf("takeNewChildren = %q, want [%s]", got, kidThread)
 	}
@@ -224,8 +225,8 @@ func TestMapperChildThreads(t *testing.T) {
 		t.Errorf("ChildThreads has %d threads, want 2", got)
 	}
 	// A child's message is not the round's answer.
-	m.note(itemNote(codexrpc.NoteItemCompleted, kidThread, `{"type":"agentMessage","id":"cm","text":"child says"}`))
-	m.note(itemNote(codexrpc.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"pm","text":"parent says"}`))
+	m.note(itemNote(codexproto.NoteItemCompleted, kidThread, `{"type":"agentMessage","id":"cm","text":"child says"}`))
+	m.note(itemNote(codexproto.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"pm","text":"parent says"}`))
 	if got := m.Answer(); got != "parent says" {
 		t.Errorf("Answer = %q, want the parent's only", got)
 	}
@@ -309,20 +310,20 @@ func TestDecorateVerdict(t *testing.T) {
 			want: messages.RoundFinished{Status: messages.StatusCompleted, Model: "safer"}},
 		{name: "structured output from the last message", req: messages.StartRound{OutputSchema: `{"type":"object"}`}, status: messages.StatusCompleted,
 			notes: []*codexrpc.Notification{
-				itemNote(codexrpc.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"a","text":"thinking out loud"}`),
-				itemNote(codexrpc.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"b","text":" {\"answer\": 42,\n \"why\": \"because\"} "}`)},
+				itemNote(codexproto.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"a","text":"thinking out loud"}`),
+				itemNote(codexproto.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"b","text":" {\"answer\": 42,\n \"why\": \"because\"} "}`)},
 			want: messages.RoundFinished{Status: messages.StatusCompleted, Model: "thread-model", StructuredOutput: `{"answer":42,"why":"because"}`}},
 		{name: "no structured output without a schema", status: messages.StatusCompleted,
-			notes: []*codexrpc.Notification{itemNote(codexrpc.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"b","text":"{\"answer\":42}"}`)},
+			notes: []*codexrpc.Notification{itemNote(codexproto.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"b","text":"{\"answer\":42}"}`)},
 			want:  messages.RoundFinished{Status: messages.StatusCompleted, Model: "thread-model"}},
 		{name: "no structured output from text that is not JSON", req: messages.StartRound{OutputSchema: `{}`}, status: messages.StatusCompleted,
-			notes: []*codexrpc.Notification{itemNote(codexrpc.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"b","text":"sorry, no"}`)},
+			notes: []*codexrpc.Notification{itemNote(codexproto.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"b","text":"sorry, no"}`)},
 			want:  messages.RoundFinished{Status: messages.StatusCompleted, Model: "thread-model"}},
 		{name: "no structured output from a failed round", req: messages.StartRound{OutputSchema: `{}`}, status: messages.StatusFailed,
-			notes: []*codexrpc.Notification{itemNote(codexrpc.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"b","text":"{}"}`)},
+			notes: []*codexrpc.Notification{itemNote(codexproto.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"b","text":"{}"}`)},
 			want:  messages.RoundFinished{Status: messages.StatusFailed, Model: "thread-model"}},
 		{name: "the turn's error class", status: messages.StatusFailed,
-			end:  &turnEnd{Status: codexrpc.TurnFailed, ErrorInfo: &messages.ErrorInfo{Class: messages.ErrorContextWindow}},
+			end:  &turnEnd{Status: codexproto.TurnFailed, ErrorInfo: &messages.ErrorInfo{Class: messages.ErrorContextWindow}},
 			want: messages.RoundFinished{Status: messages.StatusFailed, Model: "thread-model", ErrorInfo: &messages.ErrorInfo{Class: messages.ErrorContextWindow}}},
 		{name: "a retried error is no verdict", status: messages.StatusCompleted,
 			notes: []*codexrpc.Notification{note("error", `{"threadId":"`+ownThread+`","turnId":"u","willRetry":true,"error":{"message":"Reconnecting... 1/5","codexErrorInfo":"serverOverloaded"}}`)},
@@ -401,7 +402,7 @@ func recording(t *testing.T, name string, stream bool) []messages.RoundEvent {
 			continue
 		}
 		n.Method, n.Params = probe.Method, probe.Params
-		var h codexrpc.ThreadHeader
+		var h codexproto.ThreadHeader
 		_ = json.Unmarshal(n.Params, &h)
 		m := mappers[h.ThreadID]
 		if m == nil {
@@ -535,8 +536,8 @@ func TestSubagentRecording(t *testing.T) {
 	// The parent thread is the first turn's.
 	var parentThread string
 	for _, n := range notes {
-		if n.Method == codexrpc.NoteTurnStarted {
-			var h codexrpc.ThreadHeader
+		if n.Method == codexproto.NoteTurnStarted {
+			var h codexproto.ThreadHeader
 			_ = json.Unmarshal(n.Params, &h)
 			parentThread = h.ThreadID
 			break
@@ -553,7 +554,7 @@ func TestSubagentRecording(t *testing.T) {
 				routes[k] = true
 			}
 		}
-		var h codexrpc.ThreadHeader
+		var h codexproto.ThreadHeader
 		_ = json.Unmarshal(n.Params, &h)
 		if h.ThreadID != "" && !routes[h.ThreadID] {
 			continue
@@ -567,7 +568,7 @@ func TestSubagentRecording(t *testing.T) {
 	if len(routes) != 2 {
 		t.Fatalf("routes = %v, want the parent and one child", routes)
 	}
-	if len(ends) != 1 || ends[0].Status != codexrpc.TurnCompleted {
+	if len(ends) != 1 || ends[0].Status != codexproto.TurnCompleted {
 		t.Errorf("turn ends = %s, want the parent's only", mustJSON(ends))
 	}
 	var child string
@@ -613,12 +614,12 @@ func TestSpawnedThreads(t *testing.T) {
 		parent   string
 		children []string
 	}{
-		{"spawn completed", itemNote(codexrpc.NoteItemCompleted, ownThread, collabItem("spawnAgent", "completed", `["`+kidThread+`"]`, `{}`)), ownThread, []string{kidThread}},
-		{"spawn started, no receiver yet", itemNote(codexrpc.NoteItemStarted, ownThread, collabItem("spawnAgent", "inProgress", `[]`, `{}`)), "", nil},
-		{"activity", itemNote(codexrpc.NoteItemStarted, ownThread, `{"type":"subAgentActivity","id":"a","agentPath":"/x","agentThreadId":"`+kidThread+`","kind":"started"}`), ownThread, []string{kidThread}},
+		{"spawn completed", itemNote(codexproto.NoteItemCompleted, ownThread, collabItem("spawnAgent", "completed", `["`+kidThread+`"]`, `{}`)), ownThread, []string{kidThread}},
+		{"spawn started, no receiver yet", itemNote(codexproto.NoteItemStarted, ownThread, collabItem("spawnAgent", "inProgress", `[]`, `{}`)), "", nil},
+		{"activity", itemNote(codexproto.NoteItemStarted, ownThread, `{"type":"subAgentActivity","id":"a","agentPath":"/x","agentThreadId":"`+kidThread+`","kind":"started"}`), ownThread, []string{kidThread}},
 		{"thread started with a parent", note("thread/started", `{"thread":{"id":"`+kidThread+`","parentThreadId":"`+ownThread+`"}}`), ownThread, []string{kidThread}},
 		{"thread started without one", note("thread/started", `{"thread":{"id":"`+kidThread+`","parentThreadId":null}}`), "", nil},
-		{"an agent message mentioning collab", itemNote(codexrpc.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"a","text":"collabAgentToolCall"}`), "", nil},
+		{"an agent message mentioning collab", itemNote(codexproto.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"a","text":"collabAgentToolCall"}`), "", nil},
 		{"garbage", note("item/started", `{"item":"collabAgentToolCall"`), "", nil},
 		{"a delta", note("item/agentMessage/delta", `{"threadId":"t","delta":"x"}`), "", nil},
 	} {
@@ -642,12 +643,12 @@ func FuzzMapperNote(f *testing.F) {
 		m := newMapper()
 		m.configure(messages.StartRound{StreamCommandOutput: true, OutputSchema: "{}"})
 		m.setThread(ownThread, "m")
-		m.note(itemNote(codexrpc.NoteItemCompleted, ownThread, collabItem("spawnAgent", "completed", `["`+kidThread+`"]`, `{}`)))
+		m.note(itemNote(codexproto.NoteItemCompleted, ownThread, collabItem("spawnAgent", "completed", `["`+kidThread+`"]`, `{}`)))
 		n := &codexrpc.Notification{Method: method, Params: json.RawMessage(params)}
 		_, end := m.note(n)
 		spawnedThreads(n)
 		if end != nil {
-			var h codexrpc.ThreadHeader
+			var h codexproto.ThreadHeader
 			if json.Unmarshal(params, &h) == nil && h.ThreadID != "" && h.ThreadID != ownThread {
 				t.Fatalf("turn end for thread %q", h.ThreadID)
 			}

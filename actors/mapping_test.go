@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 )
@@ -175,15 +176,15 @@ func TestPolicy(t *testing.T) {
 		want     string // JSON of the result, or "error <code>"
 		question string
 	}{
-		{"command approval, auto", req(codexrpc.ReqCommandApproval, `{}`), true, `{"decision":"accept"}`, ""},
-		{"command approval, not auto", req(codexrpc.ReqCommandApproval, `{}`), false, `{"decision":"decline"}`, ""},
-		{"patch approval, auto", req(codexrpc.ReqFileChangeApproval, `{}`), true, `{"decision":"accept"}`, ""},
-		{"patch approval, not auto", req(codexrpc.ReqFileChangeApproval, `{}`), false, `{"decision":"decline"}`, ""},
-		{"elicitation declined even with auto", req(codexrpc.ReqElicitation, `{}`), true, `{"action":"decline"}`, ""},
-		{"mcp tool approval accepted with auto", req(codexrpc.ReqElicitation, `{"_meta":{"codex_approval_kind":"mcp_tool_call"}}`), true, `{"action":"accept","content":{}}`, ""},
-		{"mcp tool approval declined without auto", req(codexrpc.ReqElicitation, `{"_meta":{"codex_approval_kind":"mcp_tool_call"}}`), false, `{"action":"decline"}`, ""},
+		{"command approval, auto", req(codexproto.ReqCommandApproval, `{}`), true, `{"decision":"accept"}`, ""},
+		{"command approval, not auto", req(codexproto.ReqCommandApproval, `{}`), false, `{"decision":"decline"}`, ""},
+		{"patch approval, auto", req(codexproto.ReqFileChangeApproval, `{}`), true, `{"decision":"accept"}`, ""},
+		{"patch approval, not auto", req(codexproto.ReqFileChangeApproval, `{}`), false, `{"decision":"decline"}`, ""},
+		{"elicitation declined even with auto", req(codexproto.ReqElicitation, `{}`), true, `{"action":"decline"}`, ""},
+		{"mcp tool approval accepted with auto", req(codexproto.ReqElicitation, `{"_meta":{"codex_approval_kind":"mcp_tool_call"}}`), true, `{"action":"accept","content":{}}`, ""},
+		{"mcp tool approval declined without auto", req(codexproto.ReqElicitation, `{"_meta":{"codex_approval_kind":"mcp_tool_call"}}`), false, `{"action":"decline"}`, ""},
 		{"user input: blank answers, question surfaced",
-			req(codexrpc.ReqUserInput, `{"questions":[{"id":"db","header":"Database","question":"Which database?","options":[{"label":"Postgres"},{"label":"SQLite"}]}]}`),
+			req(codexproto.ReqUserInput, `{"questions":[{"id":"db","header":"Database","question":"Which database?","options":[{"label":"Postgres"},{"label":"SQLite"}]}]}`),
 			false, `{"answers":{"db":{"answers":[]}}}`, "Codex asks: Which database? (Postgres / SQLite)"},
 		{"unknown request", req("item/tool/call", `{}`), true, "error -32601", ""},
 	}

@@ -20,6 +20,8 @@ type Metrics struct {
 	Users          prometheus.Gauge       // user actors alive
 	RoundsInFlight prometheus.Gauge       // rounds running: started, no verdict yet
 	Hung           prometheus.Counter     // app-servers killed because they stopped answering (also in Deaths)
+	ThreadResumes  prometheus.Counter     // thread/resume calls that loaded a thread
+	WarmThreads    prometheus.Counter     // rounds that found their thread loaded with their settings (no resume)
 }
 
 // NewMetrics makes the collectors and registers them with reg (nil: not
@@ -66,6 +68,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Hung: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "supervisor_app_server_hung_total", Help: "codex app-server processes killed because they stopped answering a health call (also counted in deaths).",
 		}),
+		ThreadResumes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "supervisor_thread_resumes_total", Help: "codex threads loaded by thread/resume (a round's or a warm-up's).",
+		}),
+		WarmThreads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "supervisor_thread_warm_opens_total", Help: "Rounds whose codex thread was loaded already with the same settings (no unload, no resume).",
+		}),
 	}
 	// Every label set exists from the start at zero, so that rate() and
 	// alerts see a series before its first event.
@@ -82,7 +90,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.RemoteRejected.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Hung)
+		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads)
 		reg.MustRegister(m.Rounds, m.FirstDelta, m.RoundDuration, m.LiveAppServers, m.Starts,
 			m.Deaths, m.Restarts, m.Evictions, m.Logins, m.RemoteRejected, m.Users, m.RoundsInFlight)
 	}

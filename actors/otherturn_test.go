@@ -6,16 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
-// stubTree is one round actor between stand-ins for its user, codex and
-// registry actors; the round talks to an in-process fake app-server whose
-// turn/start is held until the stub codex actor has routed what the test
-// scripts on subscribe.
+// stubTree is one round actor between stand-ins for its user, app-server
+// and registry actors. The stub app-server opens a fresh thread and, on
+// turn/start, lets the test script what the thread says (onSubscribe)
+// before it answers the call: the answer comes after those notifications,
+// as a CLI that writes them first would have it.
 type stubTree struct {
 	verdicts chan messages.RoundFinished
 	threads  chan string
@@ -29,8 +30,6 @@ func runStubRound(t *testing.T, key string, onSubscribe func(c *actor.Context, m
 	if err := cfg.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	routed := make(chan struct{})
-	client := inProcessFake(t, fakeappserver.Config{}, "turn/start", routed)
 	e, err := actor.NewEngine(actor.NewEngineConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -41,14 +40,18 @@ func runStubRound(t *testing.T, key string, onSubscribe func(c *actor.Context, m
 		unsubs:   make(chan unsubscribe, 4),
 		journal:  make(chan appendTurns, 4),
 	}
+	const threadID = "0199a0a0-0000-7000-8000-0000000000f0"
 	codex := e.SpawnFunc(func(c *actor.Context) {
 		switch m := c.Message().(type) {
-		case acquireClient:
-			m.reply <- clientReady{client: client, gen: 1}
-		case subscribe:
-			tree.threads <- m.threadID
-			onSubscribe(c, m)
-			close(routed)
+		case openThread:
+			c.Send(m.round, threadOpenResult{threadID: threadID})
+		case appCall:
+			if m.method != codexproto.MethodTurnStart {
+				return
+			}
+			tree.threads <- threadID
+			onSubscribe(c, subscribe{threadID: threadID, round: m.to})
+			c.Send(m.to, appAnswer{tag: m.tag, result: json.RawMessage(`{"turn":{"id":"0199a0a0-0000-7000-8000-0000000000ff","status":"inProgress","items":[]}}`)})
 		case unsubscribe:
 			tree.unsubs <- m
 		}
@@ -56,7 +59,7 @@ func runStubRound(t *testing.T, key string, onSubscribe func(c *actor.Context, m
 	registry := e.SpawnFunc(func(c *actor.Context) {
 		switch m := c.Message().(type) {
 		case lookupThread:
-			m.reply <- threadLookup{}
+			c.Send(m.round, threadLookup{key: m.key})
 		case appendTurns:
 			tree.journal <- m
 			c.Send(m.round, saved{what: "journal"})
@@ -72,7 +75,7 @@ func runStubRound(t *testing.T, key string, onSubscribe func(c *actor.Context, m
 	req := roundRequest{StartRound: messages.StartRound{User: "alice", Thread: key, Text: "hi", RoundID: key + "-1"}, replyTo: callerPID}
 	user := e.SpawnFunc(func(c *actor.Context) {
 		if _, ok := c.Message().(actor.Started); ok {
-			c.SpawnChild(newRoundActor(&cfg, req, "r1", codex, registry), "round", spawnOpts("r1", cfg.Logger, roundPanicked)...)
+			c.SpawnChild(newRoundActor(&cfg, req, codex, registry), "round", spawnOpts("r1", cfg.Logger, roundPanicked)...)
 		}
 	}, "user")
 	t.Cleanup(func() {
@@ -106,9 +109,9 @@ func TestRoundIgnoresAnotherTurnsEnd(t *testing.T) {
 	}
 	tree := runStubRound(t, "mesh/other", func(c *actor.Context, m subscribe) {
 		const own, earlier = "0199a0a0-0000-7000-8000-0000000000b2", "0199a0a0-0000-7000-8000-0000000000b1"
-		c.Send(m.round, turnNote(codexrpc.NoteTurnStarted, m.threadID, own, "inProgress"))
-		c.Send(m.round, turnNote(codexrpc.NoteTurnCompleted, m.threadID, earlier, "failed"))
-		c.Send(m.round, turnNote(codexrpc.NoteTurnCompleted, m.threadID, own, "completed"))
+		c.Send(m.round, turnNote(codexproto.NoteTurnStarted, m.threadID, own, "inProgress"))
+		c.Send(m.round, turnNote(codexproto.NoteTurnCompleted, m.threadID, earlier, "failed"))
+		c.Send(m.round, turnNote(codexproto.NoteTurnCompleted, m.threadID, own, "completed"))
 	})
 	if v := tree.verdict(t); v.Status != messages.StatusCompleted {
 		t.Fatalf("verdict = %+v, want completed (its own turn's end)", v)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 )
@@ -17,19 +18,19 @@ import (
 // the CLI treats as declined.
 func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, question string, err error) {
 	switch r.Method {
-	case codexrpc.ReqCommandApproval, codexrpc.ReqFileChangeApproval:
-		d := codexrpc.DecisionDecline
+	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
+		d := codexproto.DecisionDecline
 		if autoApprove {
-			d = codexrpc.DecisionAccept
+			d = codexproto.DecisionAccept
 		}
-		return codexrpc.ApprovalAnswer{Decision: d}, "", nil
-	case codexrpc.ReqUserInput:
-		var p codexrpc.UserInputParams
+		return codexproto.ApprovalAnswer{Decision: d}, "", nil
+	case codexproto.ReqUserInput:
+		var p codexproto.UserInputParams
 		_ = json.Unmarshal(r.Params, &p)
-		ans := codexrpc.UserInputAnswer{Answers: make(map[string]codexrpc.UserAnswer, len(p.Questions))}
+		ans := codexproto.UserInputAnswer{Answers: make(map[string]codexproto.UserAnswer, len(p.Questions))}
 		var qs []string
 		for _, q := range p.Questions {
-			ans.Answers[q.ID] = codexrpc.UserAnswer{Answers: []string{}}
+			ans.Answers[q.ID] = codexproto.UserAnswer{Answers: []string{}}
 			text := q.Question
 			if len(q.Options) > 0 {
 				var opts []string
@@ -44,7 +45,7 @@ func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, que
 			return ans, "", nil
 		}
 		return ans, "Codex asks: " + strings.Join(qs, " "), nil
-	case codexrpc.ReqElicitation:
+	case codexproto.ReqElicitation:
 		// The CLI asks for MCP tool-call approvals through an elicitation
 		// marked in _meta; that is an approval like any other. A real MCP
 		// server's elicitation asks the user for data: declined.
@@ -55,9 +56,9 @@ func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, que
 		}
 		_ = json.Unmarshal(r.Params, &p)
 		if autoApprove && p.Meta.Kind == "mcp_tool_call" {
-			return codexrpc.ElicitationAnswer{Action: "accept", Content: json.RawMessage(`{}`)}, "", nil
+			return codexproto.ElicitationAnswer{Action: "accept", Content: json.RawMessage(`{}`)}, "", nil
 		}
-		return codexrpc.ElicitationAnswer{Action: "decline"}, "", nil
+		return codexproto.ElicitationAnswer{Action: "decline"}, "", nil
 	}
 	return nil, "", &codexrpc.WireError{Code: codexrpc.CodeMethodNotFound, Message: "method not found: " + r.Method}
 }
@@ -86,19 +87,19 @@ func effectivePolicy(p messages.RequestPolicy, autoApprove bool) messages.Reques
 // method-not-found in-line).
 func describeRequest(r *codexrpc.Request) (shown messages.ServerRequest, ok bool) {
 	switch r.Method {
-	case codexrpc.ReqCommandApproval, codexrpc.ReqFileChangeApproval:
-		var p codexrpc.ApprovalParams
+	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
+		var p codexproto.ApprovalParams
 		_ = json.Unmarshal(r.Params, &p)
 		shown = messages.ServerRequest{Type: messages.RequestFileChangeApproval, ItemID: p.ItemID}
-		if r.Method == codexrpc.ReqCommandApproval {
+		if r.Method == codexproto.ReqCommandApproval {
 			shown.Type, shown.Command, shown.Cwd = messages.RequestCommandApproval, truncateRunes(p.Command, 4096), p.Cwd
 		}
 		if p.Reason != nil {
 			shown.Reason = truncateRunes(*p.Reason, 4096)
 		}
 		return shown, true
-	case codexrpc.ReqUserInput:
-		var p codexrpc.UserInputParams
+	case codexproto.ReqUserInput:
+		var p codexproto.UserInputParams
 		_ = json.Unmarshal(r.Params, &p)
 		shown = messages.ServerRequest{Type: messages.RequestUserInput, ItemID: p.ItemID}
 		for _, q := range p.Questions {
@@ -109,7 +110,7 @@ func describeRequest(r *codexrpc.Request) (shown messages.ServerRequest, ok bool
 			shown.Questions = append(shown.Questions, mq)
 		}
 		return shown, true
-	case codexrpc.ReqElicitation:
+	case codexproto.ReqElicitation:
 		var p struct {
 			Message string          `json:"message"`
 			Schema  json.RawMessage `json:"requestedSchema"`
@@ -134,25 +135,25 @@ func describeRequest(r *codexrpc.Request) (shown messages.ServerRequest, ok bool
 // answer (the request stays open).
 func callerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, outcome string, err error) {
 	switch r.Method {
-	case codexrpc.ReqCommandApproval, codexrpc.ReqFileChangeApproval:
+	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
 		d, ok := map[string]string{
-			messages.DecisionAccept: codexrpc.DecisionAccept, messages.DecisionAcceptForSession: "acceptForSession",
-			messages.DecisionDecline: codexrpc.DecisionDecline, messages.DecisionCancel: "cancel",
+			messages.DecisionAccept: codexproto.DecisionAccept, messages.DecisionAcceptForSession: "acceptForSession",
+			messages.DecisionDecline: codexproto.DecisionDecline, messages.DecisionCancel: "cancel",
 		}[a.Decision]
 		if !ok {
 			return nil, "", errors.New("an approval needs a decision: accept, accept_for_session, decline or cancel")
 		}
-		return codexrpc.ApprovalAnswer{Decision: d}, "answered: " + a.Decision, nil
-	case codexrpc.ReqUserInput:
-		var p codexrpc.UserInputParams
+		return codexproto.ApprovalAnswer{Decision: d}, "answered: " + a.Decision, nil
+	case codexproto.ReqUserInput:
+		var p codexproto.UserInputParams
 		_ = json.Unmarshal(r.Params, &p)
-		ans := codexrpc.UserInputAnswer{Answers: make(map[string]codexrpc.UserAnswer, len(p.Questions))}
+		ans := codexproto.UserInputAnswer{Answers: make(map[string]codexproto.UserAnswer, len(p.Questions))}
 		for _, q := range p.Questions {
 			got := a.Answers[q.ID]
 			if got == nil || a.Decision == messages.DecisionDecline || a.Decision == messages.DecisionCancel {
 				got = []string{}
 			}
-			ans.Answers[q.ID] = codexrpc.UserAnswer{Answers: got}
+			ans.Answers[q.ID] = codexproto.UserAnswer{Answers: got}
 		}
 		for id := range a.Answers {
 			if _, ok := ans.Answers[id]; !ok {
@@ -164,7 +165,7 @@ func callerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, ou
 			outcome += ": " + a.Decision
 		}
 		return ans, outcome, nil
-	case codexrpc.ReqElicitation:
+	case codexproto.ReqElicitation:
 		switch a.Decision {
 		case messages.DecisionAccept, messages.DecisionAcceptForSession:
 			content := json.RawMessage(`{}`)
@@ -175,9 +176,9 @@ func callerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, ou
 				}
 				content = json.RawMessage(a.Content)
 			}
-			return codexrpc.ElicitationAnswer{Action: "accept", Content: content}, "answered: " + a.Decision, nil
+			return codexproto.ElicitationAnswer{Action: "accept", Content: content}, "answered: " + a.Decision, nil
 		case messages.DecisionDecline, messages.DecisionCancel:
-			return codexrpc.ElicitationAnswer{Action: a.Decision}, "answered: " + a.Decision, nil
+			return codexproto.ElicitationAnswer{Action: a.Decision}, "answered: " + a.Decision, nil
 		}
 		return nil, "", errors.New("an elicitation needs a decision: accept, decline or cancel")
 	}

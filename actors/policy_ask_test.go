@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 )
@@ -30,11 +31,11 @@ func TestDescribeAndAnswer(t *testing.T) {
 	req := func(method, params string) *codexrpc.Request {
 		return &codexrpc.Request{Method: method, Params: json.RawMessage(params)}
 	}
-	cmd := req(codexrpc.ReqCommandApproval, `{"threadId":"t","itemId":"i1","command":"ls","cwd":"/w","reason":"why"}`)
-	patch := req(codexrpc.ReqFileChangeApproval, `{"threadId":"t","itemId":"i2"}`)
-	input := req(codexrpc.ReqUserInput, `{"threadId":"t","itemId":"i3","questions":[{"id":"db","header":"H","question":"Which?","options":[{"label":"pg"},{"label":"sqlite"}]}]}`)
-	mcpTool := req(codexrpc.ReqElicitation, `{"threadId":"t","message":"Allow echo?","_meta":{"codex_approval_kind":"mcp_tool_call"},"requestedSchema":{"type":"object"}}`)
-	elicit := req(codexrpc.ReqElicitation, `{"threadId":"t","message":"Colour?","_meta":null,"requestedSchema":{"type":"object","properties":{"c":{"type":"string"}}}}`)
+	cmd := req(codexproto.ReqCommandApproval, `{"threadId":"t","itemId":"i1","command":"ls","cwd":"/w","reason":"why"}`)
+	patch := req(codexproto.ReqFileChangeApproval, `{"threadId":"t","itemId":"i2"}`)
+	input := req(codexproto.ReqUserInput, `{"threadId":"t","itemId":"i3","questions":[{"id":"db","header":"H","question":"Which?","options":[{"label":"pg"},{"label":"sqlite"}]}]}`)
+	mcpTool := req(codexproto.ReqElicitation, `{"threadId":"t","message":"Allow echo?","_meta":{"codex_approval_kind":"mcp_tool_call"},"requestedSchema":{"type":"object"}}`)
+	elicit := req(codexproto.ReqElicitation, `{"threadId":"t","message":"Colour?","_meta":null,"requestedSchema":{"type":"object","properties":{"c":{"type":"string"}}}}`)
 	other := req("item/future/request", `{}`)
 
 	tests := []struct {

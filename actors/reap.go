@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/procs"
 )
 
@@ -60,7 +60,7 @@ func ReapMemberOrphans(homes string, grace time.Duration, member string, log *sl
 // for a parent and is left alone.
 func sweepStrays(homes string, log *slog.Logger) int {
 	root := filepath.Clean(homes) + string(filepath.Separator)
-	n := codexrpc.KillOrphans(func(home string) bool {
+	n := codexproc.KillOrphans(func(home string) bool {
 		return strings.HasPrefix(filepath.Clean(home)+string(filepath.Separator), root)
 	})
 	if n > 0 {

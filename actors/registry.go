@@ -57,7 +57,9 @@ func (a *registryActor) Receive(c *actor.Context) {
 		a.moveLegacy()
 		a.removeStaleTemps()
 	case lookupThread:
-		m.reply <- a.lookup(m.key)
+		l := a.lookup(m.key)
+		l.key = m.key
+		c.Send(m.round, l)
 	case recordThread:
 		err := a.record(m.key, m.threadID)
 		if m.round != nil {

@@ -30,6 +30,7 @@ type rootActor struct {
 	draining bool
 	users    map[string]*userEntry // live user actors, by user id
 	relays   uint64                // relay actors spawned (their ids)
+	cap      *actor.PID            // the node's cap of live app-servers
 }
 
 // userEntry is one live user actor as the root sees it.
@@ -79,7 +80,10 @@ func SpawnRoot(e *actor.Engine, cfg Config) (*actor.PID, error) {
 
 func (r *rootActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
-	case actor.Initialized, actor.Started, actor.Stopped:
+	case actor.Started:
+		r.cap = c.SpawnChild(newCapActor(r.cfg), "cap", spawnOpts("main", r.log, nil)...)
+		return
+	case actor.Initialized, actor.Stopped:
 		return
 	case drainRequest:
 		r.draining = true
@@ -139,6 +143,8 @@ func (r *rootActor) Receive(c *actor.Context) {
 	case messages.RateLimitsRequest:
 		r.toUser(c, m.User, m, m.Validate())
 	case messages.ListThreads:
+		r.toUser(c, m.User, m, m.Validate())
+	case messages.WarmUp:
 		r.toUser(c, m.User, m, m.Validate())
 	default:
 		r.reject(c, fmt.Errorf("%w: the daemon does not accept %T", messages.ErrUnknownType, msg))
@@ -325,7 +331,7 @@ func (r *rootActor) ensureUser(c *actor.Context, id string) error {
 
 func (r *rootActor) spawnUser(c *actor.Context, id, home string) {
 	r.cfg.Metrics.Users.Inc()
-	pid := c.SpawnChild(newUserActor(r.cfg, id, home), "user", spawnOpts(id, r.log, nil)...)
+	pid := c.SpawnChild(newUserActor(r.cfg, id, home, r.cap), "user", spawnOpts(id, r.log, nil)...)
 	r.users[id] = &userEntry{pid: pid}
 }
 

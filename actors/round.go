@@ -1,30 +1,31 @@
 package actors
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
-// roundActor runs one round: a driver goroutine opens the thread (resume,
-// or start seeded with a transcript) and starts the turn; the actor maps the
-// routed notifications to events for the caller and sends exactly one
-// verdict. It then records what the journal needs and stops itself.
+// roundActor runs one round, as a state machine driven by messages and
+// without goroutines: it asks the registry for the mesh thread's codex
+// thread, has the app-server actor open it (resume, or start seeded with a
+// transcript when the resume is refused) and start the turn, maps the
+// routed notifications (and the calls' answers, in wire order with them)
+// to events for the caller, and sends exactly one verdict. It then records
+// what the journal needs and stops itself.
 type roundActor struct {
 	cfg      *Config
 	req      roundRequest
-	id       string
 	log      *slog.Logger
 	codex    *actor.PID
 	registry *actor.PID
@@ -36,11 +37,15 @@ type roundActor struct {
 	mapper *mapper
 	done   bool
 
+	known     threadLookup // the registry's answer
+	text      string       // the turn's input: the request's, seeded when the thread is fresh
 	threadID  string
 	turnID    string
-	client    *codexrpc.Client
-	gen       uint64 // the generation of the process client talks to
+	opened    bool
+	starting  bool // turn/start is on its way: the verdict waits for its answer
 	resumed   bool
+	warm      bool // the thread was loaded already with the round's settings: no resume
+	ended     bool // the turn's end came: the thread may stay loaded for the next round
 	fellBack  bool
 	lostCtx   bool // a fresh thread without the mesh thread's earlier turns
 	interrupt bool // asked before the turn had an id
@@ -67,34 +72,29 @@ type roundActor struct {
 	dropped      int  // events dropped after the overflow
 	startedAt    time.Time
 	firstDelta   bool
-
-	cancel context.CancelFunc
-	// ctrl bounds the interrupt and steer calls: each has CallTimeout, and
-	// a round that stops gives those in flight controlGrace, then cancels.
-	ctrl       context.Context
-	ctrlCancel context.CancelFunc
-	wg         sync.WaitGroup
 }
-
-// controlGrace is how long a stopping round lets an interrupt or steer
-// call in flight finish (it is on the wire already; this is the wait for
-// its answer) before cancelling it.
-const controlGrace = 2 * time.Second
 
 // Messages the round actor sends itself.
 type (
 	flushOutbox struct{}
 	stallTick   struct{}
 	savesLate   struct{} // the registry did not answer the round's writes in time
-	// recordPending tells the round, before the registry can answer, that
-	// the driver asked for its thread's record.
-	recordPending struct{}
 )
 
-func newRoundActor(cfg *Config, req roundRequest, id string, codex, registry *actor.PID) actor.Producer {
+// Tags of the round's calls (appCall), echoed in their answers.
+type (
+	turnStartCall struct{}
+	nameCall      struct{}
+	controlCall   struct {
+		method string
+		reply  *actor.PID // who asked (nil: the round itself)
+	}
+)
+
+func newRoundActor(cfg *Config, req roundRequest, codex, registry *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &roundActor{
-			cfg: cfg, req: req, id: id, codex: codex, registry: registry,
+			cfg: cfg, req: req, codex: codex, registry: registry,
 			log: cfg.Logger.With("user", userTag(req.User), "thread", store.KeyPrefix(req.Thread),
 				"round", req.RoundID),
 			mapper: newMapper(),
@@ -117,25 +117,16 @@ func (r *roundActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
 	case actor.Started:
 		r.engine, r.self, r.parent = c.Engine(), c.PID(), c.Parent()
-		ctx, cancel := context.WithCancel(context.Background())
-		r.cancel = cancel
-		r.ctrl, r.ctrlCancel = context.WithCancel(context.Background())
 		r.lastProgress = time.Now()
 		r.startedAt = r.lastProgress
-		r.ticker = c.SendRepeat(c.PID(), stallTick{}, tickInterval(r.cfg.StallTimeout))
+		r.ticker = c.SendRepeat(c.PID(), stallTick{}, tickInterval(min(r.cfg.StallTimeout, r.cfg.CallTimeout)))
 		if r.req.replyTo != nil && r.req.replyTo.Address != c.Engine().Address() {
 			c.Engine().Subscribe(c.PID()) // to learn when the caller is unreachable
 		}
 		r.cfg.Metrics.RoundsInFlight.Inc()
 		r.log.Info("round started")
-		r.wg.Add(1)
-		go r.drive(ctx)
+		c.Send(r.registry, lookupThread{key: r.req.Thread, round: c.PID()})
 	case actor.Stopped:
-		r.cancel()
-		late := time.AfterFunc(min(controlGrace, r.cfg.CallTimeout), r.ctrlCancel)
-		r.wg.Wait()
-		late.Stop()
-		r.ctrlCancel()
 		if !r.done {
 			r.finish(messages.StatusInterrupted, "the daemon is stopping", "")
 		}
@@ -162,32 +153,24 @@ func (r *roundActor) Receive(c *actor.Context) {
 		if !r.done {
 			r.emit(messages.RoundEvent{Kind: messages.KindStatus, Text: messages.StatusStartingCodex})
 		}
-	case clientReady:
-		r.client, r.gen = m.client, m.gen
-	case threadOpened:
-		r.threadID, r.resumed, r.fellBack, r.lostCtx = m.threadID, m.resumed, m.fellBack, m.contextLost
 	case threadLookup:
-		r.notSaved = append(r.notSaved, m.notSaved...) // earlier rounds' writes, failing still
-	case recordPending:
-		r.saving++ // the verdict waits for the registry's answer
+		r.looked(m)
+	case threadOpenResult:
+		r.threadOpened(m)
+	case appAnswer:
+		r.answered(m)
 	case saved:
 		r.saving--
 		if m.err != nil {
 			r.notSaved = append(r.notSaved, m.what+": "+m.err.Error())
 		}
-		if r.done && r.saving <= 0 && !r.concluded {
+		if r.done && r.saving <= 0 && !r.starting && !r.concluded {
 			r.conclude()
 		}
 	case savesLate:
 		if !r.concluded {
 			r.notSaved = append(r.notSaved, fmt.Sprintf("the registry did not answer within %v", r.cfg.CallTimeout))
 			r.conclude()
-		}
-	case turnStarted:
-		r.turnID, r.turnBegun = m.turnID, true
-		if r.interrupt {
-			r.interrupt = false
-			r.interruptTurn(nil)
 		}
 	case roundNote:
 		if r.done {
@@ -196,7 +179,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 		if isProgress(m.note) {
 			r.lastProgress = time.Now()
 		}
-		if m.note.Method == codexrpc.NoteTurnStarted {
+		if m.note.Method == codexproto.NoteTurnStarted {
 			r.turnBegun = true // the CLI holds the user's message now
 		}
 		events, end := r.mapper.note(m.note)
@@ -204,7 +187,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.interrupt = false // asked before the turn had an id; it has one now
 			r.interruptTurn(nil)
 		}
-		if end != nil && r.mapper.turnID != "" && end.TurnID != "" && end.TurnID != r.mapper.turnID {
+		if cur := r.currentTurn(); end != nil && cur != "" && end.TurnID != "" && end.TurnID != cur {
 			end = nil // another turn of the thread (an earlier round's): not this round's end
 		}
 		if end != nil {
@@ -225,10 +208,6 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
 		} else if !r.done {
 			r.finish(messages.StatusFailed, m.err.Error(), "")
-		}
-	case driverFailed:
-		if !r.done {
-			r.finish(m.status, m.err.Error(), "")
 		}
 	case messages.InterruptRound:
 		r.onInterrupt(c)
@@ -299,8 +278,8 @@ func (r *roundActor) flush(all bool) {
 }
 
 // currentTurn is the round's turn id: from turn/start's answer, or from
-// the turn/started notification when that came first (nothing orders the
-// two).
+// the turn/started notification when the CLI wrote that first (both reach
+// the round in wire order, through the app-server actor).
 func (r *roundActor) currentTurn() string {
 	if r.turnID != "" {
 		return r.turnID
@@ -320,7 +299,15 @@ func (r *roundActor) stop() {
 // checkStall interrupts a turn that made no progress for StallTimeout, and
 // gives up on it when even the interrupt is not answered.
 func (r *roundActor) checkStall() {
-	if r.done || r.currentTurn() == "" {
+	if r.done {
+		return
+	}
+	if r.currentTurn() == "" {
+		// Every step of the opening has its deadline in the app-server
+		// actor; this one bounds them all, whatever goes wrong.
+		if d := openWait(r.cfg); !r.starting && time.Since(r.startedAt) >= d {
+			r.finish(messages.StatusFailed, fmt.Sprintf("the codex thread was not opened within %v", d), "")
+		}
 		return
 	}
 	switch {
@@ -334,6 +321,7 @@ func (r *roundActor) checkStall() {
 }
 
 func (r *roundActor) turnEnded(end *turnEnd) {
+	r.ended = true
 	switch {
 	case r.callerGone:
 		r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
@@ -346,9 +334,9 @@ func (r *roundActor) turnEnded(end *turnEnd) {
 		return
 	}
 	switch end.Status {
-	case codexrpc.TurnCompleted:
+	case codexproto.TurnCompleted:
 		r.finish(messages.StatusCompleted, "", "")
-	case codexrpc.TurnInterrupted:
+	case codexproto.TurnInterrupted:
 		r.finish(messages.StatusInterrupted, orDefault(end.Error, "the turn was interrupted"), end.CodexErrorInfo)
 	default:
 		r.finish(messages.StatusFailed, orDefault(end.Error, "the turn failed"), end.CodexErrorInfo)
@@ -382,7 +370,9 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		r.saving++
 		r.engine.Send(r.registry, appendTurns{key: r.req.Thread, turns: turns, round: r.self})
 	}
-	if r.saving > 0 {
+	if r.saving > 0 || r.starting {
+		// The registry's answers, and turn/start's (a turn that ended
+		// before its start was answered still records a fresh thread).
 		engine, self := r.engine, r.self
 		time.AfterFunc(r.cfg.CallTimeout, func() { engine.Send(self, savesLate{}) })
 		return
@@ -398,7 +388,7 @@ func (r *roundActor) conclude() {
 	// for its next round and the subscription dropped.
 	defer func() {
 		if r.threadID != "" {
-			r.engine.Send(r.codex, unsubscribe{threadID: r.threadID, round: r.self})
+			r.engine.Send(r.codex, unsubscribe{threadID: r.threadID, round: r.self, keep: r.ended})
 		}
 		r.engine.Send(r.parent, roundDone{key: r.req.Thread, roundID: r.req.RoundID})
 		r.engine.Poison(r.self)
@@ -417,7 +407,7 @@ func (r *roundActor) conclude() {
 		r.flush(true) // every event goes before the verdict
 		deliver(r.engine, r.req.replyTo, v, r.log)
 	}
-	r.log.Info("round finished", "status", v.Status, "duration", took, "resumed", r.resumed, "fell_back", r.fellBack,
+	r.log.Info("round finished", "status", v.Status, "duration", took, "resumed", r.resumed, "warm", r.warm, "fell_back", r.fellBack,
 		"context_lost", r.lostCtx, "not_saved", v.NotSaved)
 }
 
@@ -435,32 +425,12 @@ func (r *roundActor) onInterrupt(c *actor.Context) {
 	r.interruptTurn(sender)
 }
 
-// suspect asks the codex actor for a health call when a call to the
-// process of generation gen ran out of time: a hung app-server is replaced
-// rather than failing every later round by timeout.
-func (r *roundActor) suspect(gen uint64, err error) {
-	if errors.Is(err, context.DeadlineExceeded) {
-		r.engine.Send(r.codex, checkHealth{gen: gen})
-	}
-}
-
-// interruptTurn calls turn/interrupt on a goroutine; the verdict comes with
-// turn/completed (interrupted).
+// interruptTurn asks the app-server actor for turn/interrupt; the verdict
+// comes with turn/completed (interrupted). Reply, if set, gets the answer.
 func (r *roundActor) interruptTurn(reply *actor.PID) {
-	client, gen, threadID, turnID := r.client, r.gen, r.threadID, r.currentTurn()
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(r.ctrl, r.cfg.CallTimeout)
-		defer cancel()
-		err := client.TurnInterrupt(ctx, threadID, turnID)
-		r.suspect(gen, err)
-		ans := messages.RoundControlled{RoundID: r.req.RoundID, OK: err == nil}
-		if err != nil {
-			ans.Error = err.Error()
-		}
-		deliver(r.engine, reply, ans, r.log)
-	}()
+	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnInterrupt, thread: r.threadID, to: r.self,
+		params: codexproto.TurnInterruptParams{ThreadID: r.threadID, TurnID: r.currentTurn()},
+		tag:    controlCall{method: "interrupt", reply: reply}})
 }
 
 func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
@@ -469,153 +439,121 @@ func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, Error: "no running turn to steer yet"}, r.log)
 		return
 	}
-	client, gen, p := r.client, r.gen, codexrpc.TurnSteerParams{
-		ThreadID: r.threadID, ExpectedTurnID: r.currentTurn(),
-		Input: codexrpc.TextInput(m.Text), ClientUserMessageID: m.ClientMessageID,
-	}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(r.ctrl, r.cfg.CallTimeout)
-		defer cancel()
-		_, err := client.TurnSteer(ctx, p)
-		r.suspect(gen, err)
-		ans := messages.RoundControlled{RoundID: r.req.RoundID, OK: err == nil}
-		if err != nil {
-			ans.Error = err.Error()
-		}
-		deliver(r.engine, sender, ans, r.log)
-	}()
+	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnSteer, thread: r.threadID, to: r.self,
+		params: codexproto.TurnSteerParams{ThreadID: r.threadID, ExpectedTurnID: r.currentTurn(),
+			Input: codexproto.TextInput(m.Text), ClientUserMessageID: m.ClientMessageID},
+		tag: controlCall{method: "steer", reply: sender}})
 }
 
-// drive opens the thread and starts the turn. It runs on the round's own
-// goroutine and reports back by message; every call has a deadline.
-func (r *roundActor) drive(ctx context.Context) {
-	defer r.wg.Done()
-	fail := func(status messages.VerdictStatus, err error) {
-		r.engine.Send(r.self, driverFailed{status: status, err: err})
-	}
-	// A start may wait out a backoff, then exec and initialize (itself
-	// bounded by CallTimeout).
-	ready, err := ask(ctx, acquireWait(r.cfg), r.engine, r.codex, func(ch chan clientReady) any {
-		return acquireClient{lease: true, reply: ch, secrets: []string{r.req.MCPToken}, starting: r.self}
-	})
-	if err != nil {
-		fail(messages.StatusUnavailable, fmt.Errorf("codex app-server did not become ready: %w", err))
+// looked opens the thread the registry named (or a fresh one).
+func (r *roundActor) looked(known threadLookup) {
+	if r.done || r.opened {
 		return
 	}
-	if ready.err != nil {
-		fail(messages.StatusUnavailable, unavailable(ready.err))
+	r.known = known
+	r.notSaved = append(r.notSaved, known.notSaved...) // earlier rounds' writes, failing still
+	r.open(known.threadID)
+}
+
+// open asks the app-server actor for the thread (resumed) or, with no
+// thread id, a fresh one.
+func (r *roundActor) open(threadID string) {
+	r.engine.Send(r.codex, openThread{round: r.self, threadID: threadID, settings: r.settings(),
+		autoApprove: r.req.AutoApprove, secrets: []string{r.req.MCPToken}})
+}
+
+// settings are the thread settings of this round.
+func (r *roundActor) settings() threadSettings {
+	return roundSettings(r.cfg, r.req.DeveloperInstructions, r.req.MCPURL, r.req.MCPToken)
+}
+
+// threadOpened starts the turn in the opened thread, or starts afresh when
+// the resume was refused.
+func (r *roundActor) threadOpened(m threadOpenResult) {
+	if r.done || r.opened {
 		return
 	}
-	client := ready.client
-	r.engine.Send(r.self, clientReady{client: client, gen: ready.gen})
-	subscribed := false
-	defer func() {
-		if !subscribed { // give the lease back: the process may idle again
-			r.engine.Send(r.codex, releaseClient{gen: ready.gen})
-		}
-	}()
-
-	known, err := ask(ctx, r.cfg.CallTimeout, r.engine, r.registry, func(ch chan threadLookup) any { return lookupThread{key: r.req.Thread, reply: ch} })
-	if err != nil {
-		fail(messages.StatusFailed, fmt.Errorf("reading the thread registry: %w", err))
-		return
-	}
-
-	if len(known.notSaved) > 0 {
-		r.engine.Send(r.self, known)
-	}
-
-	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, r.cfg.CallTimeout) }
-	overlay := r.overlay()
-	threadID, resumed, fellBack := known.threadID, false, false
-	if threadID != "" {
-		// A thread still loaded in the app-server ignores a resume's
-		// settings (the MCP overlay and its token among them): unload it
-		// first, so this round's settings apply. Not loaded is fine.
-		cctx, cancel := call()
-		err := client.ThreadUnsubscribe(cctx, threadID)
-		r.suspect(ready.gen, err)
-		if err != nil && !errors.Is(err, codexrpc.ErrClosed) {
-			r.log.Debug("unsubscribing the thread before resuming it", "err", err)
-		}
-		cancel()
-		// What the thread says from here on (its MCP servers' startup) is
-		// this round's: the unsubscribe's answer came after anything the
-		// thread said before, and the codex actor hears of it in that order.
-		r.engine.Send(r.codex, reopenThread{threadID: threadID})
-		cctx, cancel = call()
-		_, err = client.ThreadResume(cctx, codexrpc.ThreadResumeParams{
-			ThreadID: threadID, Cwd: r.cfg.Workspace, Sandbox: r.cfg.Sandbox,
-			ApprovalPolicy: r.cfg.ApprovalPolicy, DeveloperInstructions: r.req.DeveloperInstructions,
-			Config: overlay, ExcludeTurns: true,
-		})
-		cancel()
-		r.suspect(ready.gen, err)
-		switch cls := codexrpc.Classify(err); {
-		case err == nil:
-			resumed = true
-		case cls == codexrpc.ClassNoRollout || cls == codexrpc.ClassInvalidSessionID:
-			r.log.Info("codex refused the resume; starting afresh with a transcript", "err", err)
+	resuming := r.known.threadID != "" && !r.fellBack
+	if m.err != nil {
+		switch cls := codexrpc.Classify(m.err); {
+		case m.unavailable:
+			r.finish(messages.StatusUnavailable, unavailable(m.err).Error(), "")
+		case resuming && (cls == codexrpc.ClassNoRollout || cls == codexrpc.ClassInvalidSessionID):
+			r.log.Info("codex refused the resume; starting afresh with a transcript", "err", m.err)
 			r.engine.Send(r.registry, forgetThread{key: r.req.Thread})
-			threadID, fellBack = "", true
+			r.fellBack = true
+			r.open("")
+		case resuming:
+			r.finish(messages.StatusFailed, fmt.Errorf("resuming the codex thread: %w", m.err).Error(), "")
 		default:
-			fail(messages.StatusFailed, fmt.Errorf("resuming the codex thread: %w", err))
-			return
+			r.finish(messages.StatusFailed, fmt.Errorf("starting a codex thread: %w", m.err).Error(), "")
 		}
+		return
 	}
-	text, lostCtx := r.req.Text, false
-	if threadID == "" {
-		cctx, cancel := call()
-		started, err := client.ThreadStart(cctx, codexrpc.ThreadStartParams{
-			Cwd: r.cfg.Workspace, Sandbox: r.cfg.Sandbox, ApprovalPolicy: r.cfg.ApprovalPolicy,
-			DeveloperInstructions: r.req.DeveloperInstructions, Config: overlay,
-		})
-		cancel()
-		r.suspect(ready.gen, err)
-		if err != nil {
-			fail(messages.StatusFailed, fmt.Errorf("starting a codex thread: %w", err))
-			return
-		}
-		threadID = started.Thread.ID
-		text = r.seeded(known.turns)
+	r.opened = true
+	r.threadID, r.resumed, r.warm = m.threadID, m.resumed, m.warm
+	r.text = r.req.Text
+	if !m.resumed {
+		r.text = r.seeded(r.known.turns)
 		// The mesh thread had a history (its record or journal was there,
 		// damaged, or its resume was refused) and none of it seeds this one.
-		lostCtx = (known.damaged || fellBack) && text == r.req.Text
+		r.lostCtx = (r.known.damaged || r.fellBack) && r.text == r.req.Text
 	}
-	// The round learns its thread before any of the thread's notifications
-	// can reach it: they are routed only after the subscribe, sent next.
-	r.engine.Send(r.self, threadOpened{threadID: threadID, resumed: resumed, fellBack: fellBack, contextLost: lostCtx})
-	r.engine.Send(r.codex, subscribe{gen: ready.gen, threadID: threadID, round: r.self, autoApprove: r.req.AutoApprove})
-	subscribed = true
+	r.starting = true
+	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnStart, thread: r.threadID, to: r.self, tag: turnStartCall{},
+		params: codexproto.TurnStartParams{ThreadID: r.threadID, Input: codexproto.TextInput(r.text), Summary: "auto",
+			Model: r.req.Model, Effort: r.req.Effort, ClientUserMessageID: r.req.ClientMessageID}})
+}
 
-	cctx, cancel := call()
-	turn, err := client.TurnStart(cctx, codexrpc.TurnStartParams{
-		ThreadID: threadID, Input: codexrpc.TextInput(text), Summary: "auto",
-		Model: r.req.Model, Effort: r.req.Effort, ClientUserMessageID: r.req.ClientMessageID,
-	})
-	cancel()
-	r.suspect(ready.gen, err)
+// answered handles the answer to one of the round's calls. They come in
+// wire order with the thread's notifications.
+func (r *roundActor) answered(m appAnswer) {
+	switch tag := m.tag.(type) {
+	case turnStartCall:
+		r.turnStartAnswered(m)
+	case nameCall:
+		if m.err != nil && !errors.Is(m.err, codexrpc.ErrClosed) {
+			r.log.Debug("naming the thread", "err", m.err)
+		}
+	case controlCall:
+		ans := messages.RoundControlled{RoundID: r.req.RoundID, OK: m.err == nil}
+		if m.err != nil {
+			ans.Error = m.err.Error()
+		}
+		deliver(r.engine, tag.reply, ans, r.log)
+	}
+}
+
+// turnStartAnswered learns the turn's id; the first turn of a fresh thread
+// records it (only now does it have a rollout to resume) and names it.
+func (r *roundActor) turnStartAnswered(m appAnswer) {
+	r.starting = false
+	defer func() {
+		if r.done && r.saving <= 0 && !r.concluded {
+			r.conclude()
+		}
+	}()
+	var turn codexproto.TurnResult
+	err := m.err
+	if err == nil {
+		err = decodeResult(codexproto.MethodTurnStart, m.result, &turn)
+	}
 	if err != nil {
-		r.engine.Send(r.codex, unsubscribe{threadID: threadID, round: r.self})
-		fail(messages.StatusFailed, fmt.Errorf("starting the turn: %w", err))
+		if !r.done {
+			r.finish(messages.StatusFailed, fmt.Errorf("starting the turn: %w", err).Error(), "")
+		}
 		return
 	}
-	r.engine.Send(r.self, turnStarted{turnID: turn.ID})
-	if !resumed {
-		// Only now does the thread have a turn, and so a rollout to resume.
-		// The write goes to the registry directly: it does not depend on
-		// this actor's mailbox (a stopping round still has it written).
-		r.engine.Send(r.self, recordPending{})
-		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: threadID, round: r.self})
-		cctx, cancel := call()
-		err := client.ThreadNameSet(cctx, threadID, "mw-"+store.KeyPrefix(r.req.Thread))
-		r.suspect(ready.gen, err)
-		if err != nil && !errors.Is(err, codexrpc.ErrClosed) {
-			r.log.Debug("naming the thread", "err", err)
-		}
-		cancel()
+	r.turnID, r.turnBegun = turn.Turn.ID, true
+	if r.interrupt && !r.done {
+		r.interrupt = false
+		r.interruptTurn(nil)
+	}
+	if !r.resumed {
+		r.saving++ // the verdict waits for the registry's answer
+		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: r.threadID, round: r.self})
+		r.engine.Send(r.codex, appCall{method: codexproto.MethodThreadNameSet, thread: r.threadID, to: r.self, tag: nameCall{},
+			params: codexproto.ThreadNameSetParams{ThreadID: r.threadID, Name: "mw-" + store.KeyPrefix(r.req.Thread)}})
 	}
 }
 
@@ -648,19 +586,19 @@ func (r *roundActor) seeded(journal []store.Turn) string {
 // turn/start (-32602 past it).
 const MaxInputChars = 1 << 20
 
-// overlay is the thread's config overlay: the mesh's MCP back-connection,
+// overlay is a thread's config overlay: the mesh's MCP back-connection,
 // in the CLI's own snake_case keys.
-func (r *roundActor) overlay() map[string]any {
-	if r.req.MCPURL == "" {
+func overlay(mcpURL, mcpToken string) map[string]any {
+	if mcpURL == "" {
 		// A thread keeps the overlay it was last loaded with: a round
 		// without the back-connection must switch it off explicitly.
 		return map[string]any{"mcp_servers": map[string]any{"meshweaver": map[string]any{
 			"url": "http://127.0.0.1:9/disabled", "enabled": false,
 		}}}
 	}
-	server := map[string]any{"url": r.req.MCPURL}
-	if r.req.MCPToken != "" {
-		server["http_headers"] = map[string]string{"Authorization": "Bearer " + r.req.MCPToken}
+	server := map[string]any{"url": mcpURL}
+	if mcpToken != "" {
+		server["http_headers"] = map[string]string{"Authorization": "Bearer " + mcpToken}
 	}
 	return map[string]any{"mcp_servers": map[string]any{"meshweaver": server}}
 }
@@ -669,10 +607,10 @@ func (r *roundActor) overlay() map[string]any {
 // daemon answered it: a KindNotice "approval: <what>: approved" (or
 // "declined"), ItemID the tool call's.
 func approvalNotice(m approvalAnswered) messages.RoundEvent {
-	var p codexrpc.ApprovalParams
+	var p codexproto.ApprovalParams
 	_ = json.Unmarshal(m.req.Params, &p)
 	what := "a file change"
-	if m.req.Method == codexrpc.ReqCommandApproval {
+	if m.req.Method == codexproto.ReqCommandApproval {
 		what = "command " + truncateRunes(p.Command, 200)
 	}
 	answer := "declined (the round has no auto_approve)"

@@ -168,7 +168,7 @@ func (l *roundLog) run(c *actor.Context) {
 		// the thread's requests (its children's too) to this log.
 		c.Engine().Send(l.codex, askVia{round: c.PID().Child("round/" + l.id), log: l.self})
 	}
-	l.round = c.SpawnChild(newRoundActor(l.cfg, req, l.id, l.codex, l.reg), "round",
+	l.round = c.SpawnChild(newRoundActor(l.cfg, req, l.codex, l.reg), "round",
 		spawnOpts(l.id, l.log, roundPanicked)...)
 }
 

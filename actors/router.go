@@ -14,7 +14,7 @@ import (
 // A thread whose round left is not waited for: what it says later (an MCP
 // server that took longer to fail than the round to end) belongs to that
 // round, which is gone, and is never kept for the next one, until a round
-// reopens the thread. It is a plain value owned by the codex actor: no
+// reopens the thread. It is a plain value owned by the app-server actor: no
 // messages, no clock.
 type threadRouter struct {
 	limit  int

@@ -90,12 +90,13 @@ func TestRegistryUpgradesRecordOnLookup(t *testing.T) {
 	}
 	pid := h.engine.Spawn(newRegistryActor(&h.cfg, "kim", home), "test-registry")
 	defer h.engine.Poison(pid)
-	reply := make(chan threadLookup, 1)
-	h.engine.Send(pid, lookupThread{key: "mesh/old", reply: reply})
+	asker := h.caller() // gets the threadLookup as it is (no wire message)
+	h.engine.Send(pid, lookupThread{key: "mesh/old", round: asker.pid})
 	select {
-	case got := <-reply:
-		if got.threadID != thread || got.damaged {
-			t.Fatalf("lookup = %+v, want %s", got, thread)
+	case m := <-asker.ch:
+		got, ok := m.(threadLookup)
+		if !ok || got.threadID != thread || got.damaged {
+			t.Fatalf("lookup = %#v, want %s", m, thread)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no lookup answer")

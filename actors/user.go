@@ -23,6 +23,8 @@ type userActor struct {
 	log  *slog.Logger
 
 	codex    *actor.PID
+	cap      *actor.PID // the node's cap actor, for the app-server actor
+	appLive  bool       // the app-server actor has a live process
 	registry *actor.PID
 	login    *actor.PID
 	threads  map[string]*threadState
@@ -75,10 +77,10 @@ func dedupeKey(m messages.StartRound) string {
 	return m.Thread + "\x00" + m.ClientMessageID
 }
 
-func newUserActor(cfg *Config, user, home string) actor.Producer {
+func newUserActor(cfg *Config, user, home string, cap *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &userActor{
-			cfg: cfg, user: user, home: home,
+			cfg: cfg, user: user, home: home, cap: cap,
 			log:     cfg.Logger.With("user", userTag(user), "actor", "user"),
 			threads: make(map[string]*threadState),
 			rounds:  make(map[string]*keptRound), byMsg: make(map[string]string),
@@ -90,9 +92,10 @@ func (u *userActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
 	case actor.Started:
 		creds := store.NewCredentials(filepath.Join(filepath.Dir(u.home), "meshweaver"))
-		u.codex = c.SpawnChild(newCodexActor(u.cfg, u.user, u.home, creds), "codex", spawnOpts("main", u.log, nil)...)
-		u.login = c.SpawnChild(newLoginActor(u.cfg, u.user, u.codex, creds), "login", spawnOpts("main", u.log, nil)...)
 		u.registry = c.SpawnChild(newRegistryActor(u.cfg, u.user, u.home), "registry", spawnOpts("main", u.log, nil)...)
+		u.codex = c.SpawnChild(newAppServerActor(u.cfg, u.user, u.home, creds, u.registry, u.cap), "codex", spawnOpts("main", u.log, nil)...)
+		u.login = c.SpawnChild(newLoginActor(u.cfg, u.user, u.home, u.codex, creds), "login", spawnOpts("main", u.log, nil)...)
+		c.Send(u.codex, loginIs{pid: u.login})
 		u.lastActive = time.Now()
 		e, self := c.Engine(), c.PID()
 		u.timer = time.AfterFunc(u.cfg.UserIdle, func() { e.Send(self, userTick{}) })
@@ -104,6 +107,8 @@ func (u *userActor) Receive(c *actor.Context) {
 		c.Engine().Send(c.Parent(), userGone{user: u.user, pid: c.PID()})
 	case userTick:
 		u.checkIdle(c)
+	case appServerLive:
+		u.appLive = m.live
 	case roundRequest:
 		u.active()
 		u.admit(c, m)
@@ -138,6 +143,10 @@ func (u *userActor) Receive(c *actor.Context) {
 	case messages.ListThreads:
 		u.active()
 		c.Engine().SendWithSender(u.registry, m, c.Sender())
+	case messages.WarmUp:
+		u.active()
+		c.Send(u.codex, warmUp{key: m.Thread, reply: c.Sender(), secrets: []string{m.MCPToken},
+			settings: roundSettings(u.cfg, m.DeveloperInstructions, m.MCPURL, m.MCPToken)})
 	}
 }
 
@@ -158,7 +167,7 @@ func (u *userActor) checkIdle(c *actor.Context) {
 		u.timer.Reset(left)
 		return
 	}
-	if u.offered || len(u.threads) > 0 || len(u.rounds) > 0 || u.cfg.live.has(u.codex) {
+	if u.offered || len(u.threads) > 0 || len(u.rounds) > 0 || u.appLive {
 		u.timer.Reset(tickInterval(u.cfg.UserIdle))
 		return
 	}

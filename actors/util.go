@@ -1,15 +1,14 @@
 package actors
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // Version is the daemon's version, sent as clientInfo.version.
@@ -22,7 +21,7 @@ func userTag(user string) string {
 	return "u-" + hex.EncodeToString(sum[:4])
 }
 
-// environ is the daemon's environment, filtered by codexrpc.AllowedEnv
+// environ is the daemon's environment, filtered by codexproc.AllowedEnv
 // before any child sees it.
 func environ() []string { return os.Environ() }
 
@@ -37,27 +36,24 @@ func setEnv(env, set []string) []string {
 	return out
 }
 
-// acquireWait bounds the wait for a client: a start may wait out a
+// acquireWait bounds the wait for a process: a start may wait out a
 // backoff, reap a leftover process (up to three stop steps), exec, and
 // initialize and write the stored key (each bounded by CallTimeout).
 func acquireWait(cfg *Config) time.Duration {
 	return 3*cfg.CallTimeout + cfg.RestartBackoffMax + 4*cfg.StopGrace
 }
 
-// ask sends a local actor a request built around a buffered reply channel
-// and waits for the answer, the deadline or ctx, whichever comes first.
-func ask[T any](ctx context.Context, timeout time.Duration, e *actor.Engine, pid *actor.PID, build func(chan T) any) (T, error) {
-	ch := make(chan T, 1)
-	e.Send(pid, build(ch))
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	var zero T
-	select {
-	case v := <-ch:
-		return v, nil
-	case <-t.C:
-		return zero, context.DeadlineExceeded
-	case <-ctx.Done():
-		return zero, ctx.Err()
+// openWait bounds a round's opening: the wait for a process, then the
+// registry, the unload, the resume, a fallback start and turn/start, each
+// bounded by CallTimeout.
+func openWait(cfg *Config) time.Duration {
+	return acquireWait(cfg) + 5*cfg.CallTimeout
+}
+
+// decodeResult decodes a call's result.
+func decodeResult(method string, raw json.RawMessage, v any) error {
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("decoding %s result: %w", method, err)
 	}
+	return nil
 }

@@ -15,7 +15,8 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/client"
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
@@ -181,8 +182,8 @@ func (r *run) directConfig() DirectConfig {
 	r.seq++
 	return DirectConfig{
 		Bin: r.opts.Codex, Home: filepath.Join(r.opts.Dir, "direct", fmt.Sprintf("c%03d", r.seq)), Dir: r.workspace,
-		Overrides: r.overrides, Env: codexrpc.AllowedEnv(os.Environ(), r.env),
-		Sandbox: codexrpc.SandboxReadOnly, Approval: codexrpc.ApprovalNever,
+		Overrides: r.overrides, Env: codexproc.AllowedEnv(os.Environ(), r.env),
+		Sandbox: codexproto.SandboxReadOnly, Approval: codexproto.ApprovalNever,
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 )
 
@@ -106,7 +107,7 @@ func (d *Direct) PID() int { return d.cmd.Process.Pid }
 
 // note routes a notification to the turn of its thread.
 func (d *Direct) note(n *codexrpc.Notification) {
-	if n.Method != codexrpc.NoteAgentMessageDelta && n.Method != codexrpc.NoteTurnCompleted {
+	if n.Method != codexproto.NoteAgentMessageDelta && n.Method != codexproto.NoteTurnCompleted {
 		return
 	}
 	var p struct {
@@ -120,7 +121,7 @@ func (d *Direct) note(n *codexrpc.Notification) {
 	}
 	d.mu.Lock()
 	w := d.turns[p.ThreadID]
-	if n.Method == codexrpc.NoteTurnCompleted {
+	if n.Method == codexproto.NoteTurnCompleted {
 		delete(d.turns, p.ThreadID)
 	}
 	d.mu.Unlock()
@@ -128,7 +129,7 @@ func (d *Direct) note(n *codexrpc.Notification) {
 		return
 	}
 	w.once.Do(func() { close(w.first) })
-	if n.Method == codexrpc.NoteTurnCompleted {
+	if n.Method == codexproto.NoteTurnCompleted {
 		w.done <- p.Turn.Status
 	}
 }
@@ -199,7 +200,7 @@ func (d *Direct) Turn(ctx context.Context, threadID, text string, start time.Tim
 	select {
 	case status := <-w.done:
 		t.Verdict = time.Since(start)
-		if status != codexrpc.TurnCompleted {
+		if status != codexproto.TurnCompleted {
 			return t, fmt.Errorf("the turn ended %s", status)
 		}
 	case <-ctx.Done():

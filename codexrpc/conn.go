@@ -55,8 +55,10 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Conn is one JSON-RPC connection to an app-server. It owns exactly one read
-// goroutine, started by NewConn and ended by the end of the input stream.
+// Conn is one JSON-RPC connection to an app-server. It owns one read
+// goroutine, started by NewConn and ended by the end of the input stream,
+// and one write goroutine for the requests of Go, ended with the reading
+// or by Close.
 type Conn struct {
 	r    io.Reader
 	w    io.WriteCloser
@@ -71,6 +73,10 @@ type Conn struct {
 	closed  bool  // Close was called: calls end with ErrClosed
 	dead    error // the read loop ended: why
 
+	outq  [][]byte   // lines Go queued for the write goroutine
+	wcond *sync.Cond // on mu: outq grew, or the Conn ended
+	wdone chan struct{}
+
 	handlerCtx    context.Context
 	cancelHandler context.CancelFunc
 	handlers      sync.WaitGroup
@@ -79,7 +85,25 @@ type Conn struct {
 
 type pendingCall struct {
 	method string
-	ch     chan callResult // buffered 1; written once
+	ch     chan callResult // buffered 1; written once (Call)
+	// done, for a call of Go, is called once instead of writing ch.
+	done func(result json.RawMessage, err error)
+}
+
+// answer settles the call with r.
+func (p *pendingCall) answer(r callResult) {
+	if p.done == nil {
+		p.ch <- r
+		return
+	}
+	switch {
+	case r.err != nil:
+		p.done(nil, r.err)
+	case r.resp.Error != nil:
+		p.done(nil, fmt.Errorf("%s: %w", p.method, r.resp.Error))
+	default:
+		p.done(r.resp.Result, nil)
+	}
 }
 
 type callResult struct {
@@ -104,9 +128,80 @@ func NewConn(r io.Reader, w io.WriteCloser, opts Options) *Conn {
 		handlerCtx:    ctx,
 		cancelHandler: cancel,
 		done:          make(chan struct{}),
+		wdone:         make(chan struct{}),
 	}
+	c.wcond = sync.NewCond(&c.mu)
 	go c.readLoop()
+	go c.writeLoop()
 	return c
+}
+
+// Go sends a request without waiting: the line is written by the Conn's
+// write goroutine (a peer that stops reading never blocks the caller), and
+// done is called exactly once with the answer's result or its error. For
+// an answer, done runs on the read goroutine, in wire order with
+// OnNotification: a sink that both feed sees a call's answer exactly where
+// the server put it among its notifications. When the connection ends
+// first, done gets its cause (an *ExitError, ErrClosed), on the goroutine
+// that ended it. Go returns the call's id, for Forget; no retries and no
+// deadline: those are the caller's. Done must not block.
+func (c *Conn) Go(method string, params any, done func(result json.RawMessage, err error)) (int64, error) {
+	if params == nil {
+		params = struct{}{}
+	}
+	body, err := json.Marshal(params)
+	if err != nil {
+		return 0, fmt.Errorf("encoding %s params: %w", method, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.unusableLocked(method); err != nil {
+		return 0, err
+	}
+	line, err := json.Marshal(outRequest{ID: c.nextID + 1, Method: method, Params: json.RawMessage(body)})
+	if err != nil {
+		return 0, err
+	}
+	c.nextID++
+	c.pending[c.nextID] = &pendingCall{method: method, done: done}
+	c.outq = append(c.outq, line)
+	c.wcond.Signal()
+	return c.nextID, nil
+}
+
+// Forget drops a call of Go that its caller gave up on (its deadline
+// passed): its done is not called, and an answer that still comes is
+// ignored. It reports whether the call was still pending.
+func (c *Conn) Forget(id int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.pending[id]
+	delete(c.pending, id)
+	return ok
+}
+
+// writeLoop writes what Go queued, in order, until the Conn ends.
+func (c *Conn) writeLoop() {
+	defer close(c.wdone)
+	for {
+		c.mu.Lock()
+		for len(c.outq) == 0 && !c.closed && c.dead == nil {
+			c.wcond.Wait()
+		}
+		if c.closed || c.dead != nil {
+			c.outq = nil
+			c.mu.Unlock()
+			return
+		}
+		line := c.outq[0]
+		c.outq = c.outq[1:]
+		c.mu.Unlock()
+		if err := c.writeLine(line); err != nil {
+			// The process is gone or stopped reading: the reader reports
+			// why to every pending call, or the caller's deadline does.
+			c.log.Debug("codex: could not send a request", "err", err)
+		}
+	}
 }
 
 // Call sends a request and waits for its answer, decoding the result into
@@ -243,6 +338,11 @@ func (c *Conn) write(v any) error {
 	if err != nil {
 		return err
 	}
+	return c.writeLine(line)
+}
+
+// writeLine writes one line (without its newline), whole.
+func (c *Conn) writeLine(line []byte) error {
 	line = append(line, '\n')
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -252,7 +352,7 @@ func (c *Conn) write(v any) error {
 	if c.opts.Trace != nil {
 		c.opts.Trace(true, line[:len(line)-1])
 	}
-	_, err = c.w.Write(line)
+	_, err := c.w.Write(line)
 	return err
 }
 
@@ -269,9 +369,10 @@ func (c *Conn) Close() error {
 	c.closed = true
 	pending := c.pending
 	c.pending = make(map[int64]*pendingCall)
+	c.wcond.Broadcast()
 	c.mu.Unlock()
 	for _, p := range pending {
-		p.ch <- callResult{err: ErrClosed}
+		p.answer(callResult{err: ErrClosed})
 	}
 	c.cancelHandler()
 	// Not under wmu: a write blocked on a peer that stopped reading holds
@@ -298,13 +399,15 @@ func (c *Conn) Err() error {
 	return c.dead
 }
 
-// Wait blocks until the read goroutine and every server-request handler have
-// returned, or ctx ends.
+// Wait blocks until the read and write goroutines and every server-request
+// handler have returned, or ctx ends.
 func (c *Conn) Wait(ctx context.Context) error {
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		return ctx.Err()
+	for _, ch := range []chan struct{}{c.done, c.wdone} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	ch := make(chan struct{})
 	go func() { c.handlers.Wait(); close(ch) }()
@@ -360,7 +463,7 @@ func (c *Conn) dispatch(msg Message) {
 			c.log.Debug("codex: answer to no pending call", "id", head(m.ID, 40))
 			return
 		}
-		p.ch <- callResult{resp: m}
+		p.answer(callResult{resp: m})
 	case *Notification:
 		if c.opts.OnNotification != nil {
 			c.opts.OnNotification(m)
@@ -424,10 +527,11 @@ func (c *Conn) finish(readErr error) {
 	c.dead = cause
 	pending := c.pending
 	c.pending = make(map[int64]*pendingCall)
+	c.wcond.Broadcast()
 	c.mu.Unlock()
 	c.cancelHandler()
 	for _, p := range pending {
-		p.ch <- callResult{err: causeFor(p.method, cause)}
+		p.answer(callResult{err: causeFor(p.method, cause)})
 	}
 }
 

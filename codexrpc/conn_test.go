@@ -140,7 +140,7 @@ func TestNotificationsInOrderAndGarbageSkipped(t *testing.T) {
 	c, p := newPair(t, Options{OnNotification: func(n *Notification) {
 		mu.Lock()
 		defer mu.Unlock()
-		var d Delta
+		var d struct{ Delta string }
 		_ = json.Unmarshal(n.Params, &d)
 		got = append(got, n.Method+":"+d.Delta)
 		if len(got) == 4 {
@@ -168,8 +168,8 @@ func TestNotificationsInOrderAndGarbageSkipped(t *testing.T) {
 func TestServerRequests(t *testing.T) {
 	c, p := newPair(t, Options{OnRequest: func(ctx context.Context, r *Request) (any, error) {
 		switch r.Method {
-		case ReqCommandApproval:
-			return ApprovalAnswer{Decision: DecisionDecline}, nil
+		case "item/commandExecution/requestApproval":
+			return map[string]string{"decision": "decline"}, nil
 		case "boom":
 			return nil, &WireError{Code: -32000, Message: "nope"}
 		}

@@ -1,14 +1,16 @@
-// Package codexrpc is a client for `codex app-server`: newline-delimited
-// JSON-RPC over the stdio of a child process.
+// Package codexrpc is the JSON-RPC transport of `codex app-server`:
+// newline-delimited JSON-RPC over any reader and writer (in the daemon, the
+// stdio of the child process that codexproc starts).
 //
-// A [Conn] speaks the protocol over any reader and writer: it matches
-// responses to calls, delivers notifications in arrival order, answers the
-// server's own requests through a [Handler], and retries calls the server
-// refuses as overloaded. A [Process] starts the CLI in its own process group
-// under a given CODEX_HOME, observes its exit at once, keeps a redacted tail
-// of its stderr, and turns an unexpected death into an [ExitError] for every
-// call still waiting. [Client] adds typed methods for the part of the
-// protocol the daemon uses.
+// A [Conn] matches responses to calls, delivers notifications in arrival
+// order, answers the server's own requests through a [RequestHandler], and
+// retries calls the server refuses as overloaded. [Conn.Go] sends a call
+// without waiting: a write goroutine writes it, and its answer is delivered
+// on the read goroutine in wire order with the notifications, which is how
+// the daemon's app-server actor sees a call's answer exactly where the
+// server put it. Errors ([WireError], [ExitError], [ErrClosed]) and their
+// classification ([Classify]) are here too; the codex protocol's methods
+// and types are in codexproto, the child process in codexproc.
 //
 // The wire facts this package relies on are in docs/PROTOCOL.md.
 package codexrpc

@@ -1,12 +1,8 @@
 package codexrpc
 
-import (
-	"regexp"
-	"strings"
-	"sync"
-)
+import "regexp"
 
-// Redacted replaces every secret the redactor finds.
+// Redacted replaces every secret a redaction finds.
 const Redacted = "[REDACTED]"
 
 var (
@@ -16,44 +12,15 @@ var (
 	kvRE     = regexp.MustCompile(`(?i)(\\?"?(?:api[_-]?key|access[_-]?token|refresh[_-]?token|id[_-]?token|authorization|password|secret)\\?"?\s*[:=]\s*\\?"?)([^\s",}\\]+)`)
 )
 
-// Redactor removes secrets from text: bearer tokens, sk- API keys, values of
-// key-like fields, and any value registered with Add. The zero value is
-// ready to use and safe for concurrent use.
-type Redactor struct {
-	mu      sync.RWMutex
-	secrets []string
-}
-
-// Add registers values to redact wherever they appear. Values shorter than
-// four bytes are ignored: they would redact ordinary text.
-func (r *Redactor) Add(secrets ...string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, s := range secrets {
-		if len(s) >= 4 && !contains(r.secrets, s) {
-			r.secrets = append(r.secrets, s)
-		}
-	}
-}
-
-// Redact returns s with ANSI escapes stripped and secrets replaced.
-func (r *Redactor) Redact(s string) string {
-	// Escapes first: a secret split by a colour code must still match.
-	s = ansiRE.ReplaceAllString(s, "")
-	if r != nil {
-		r.mu.RLock()
-		for _, sec := range r.secrets {
-			s = strings.ReplaceAll(s, sec, Redacted)
-		}
-		r.mu.RUnlock()
-	}
-	return RedactCommon(s)
-}
+// StripANSI removes terminal escape sequences.
+func StripANSI(s string) string { return ansiRE.ReplaceAllString(s, "") }
 
 // RedactCommon strips ANSI escapes and redacts the secret shapes every
-// caller knows: bearer tokens, sk- keys and values of key-like fields.
+// caller knows: bearer tokens, sk- keys and values of key-like fields. The
+// Conn uses it for the heads of lines it logs; codexproc.Redactor adds the
+// secrets registered with it.
 func RedactCommon(s string) string {
-	s = ansiRE.ReplaceAllString(s, "")
+	s = StripANSI(s)
 	s = bearerRE.ReplaceAllString(s, "${1} "+Redacted)
 	s = skRE.ReplaceAllString(s, "sk-"+Redacted)
 	s = kvRE.ReplaceAllString(s, "${1}"+Redacted)

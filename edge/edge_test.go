@@ -149,6 +149,7 @@ func TestKindOf(t *testing.T) {
 		{messages.AccountRequest{User: "u"}, KindAccount},
 		{messages.ModelsRequest{User: "u"}, KindAccount},
 		{messages.RateLimitsRequest{User: "u"}, KindAccount},
+		{messages.WarmUp{User: "u"}, KindRounds},
 	} {
 		k, u, ok := KindOf(tc.msg)
 		if !ok || k != tc.kind || u != "u" {

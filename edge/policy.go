@@ -18,7 +18,7 @@ type Kind string
 
 // The kinds of the authorization file.
 const (
-	KindRounds  Kind = "rounds"  // StartRound, AttachRound
+	KindRounds  Kind = "rounds"  // StartRound, AttachRound, WarmUp
 	KindControl Kind = "control" // InterruptRound, SteerRound, AnswerRequest
 	KindLogin   Kind = "login"   // StartLogin, CancelLogin, SetAPIKey, Logout
 	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest, ListThreads
@@ -34,6 +34,8 @@ var kinds = []Kind{KindRounds, KindControl, KindLogin, KindAccount, KindCluster}
 func KindOf(msg any) (k Kind, user string, ok bool) {
 	switch m := msg.(type) {
 	case messages.StartRound:
+		return KindRounds, m.User, true
+	case messages.WarmUp:
 		return KindRounds, m.User, true
 	case messages.InterruptRound:
 		return KindControl, m.User, true

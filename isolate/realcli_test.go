@@ -11,7 +11,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/proctest"
@@ -26,7 +27,7 @@ func realCLI(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("the real codex CLI is required: %v", err)
 	}
-	if bin, err = codexrpc.ResolveBinary(bin); err != nil {
+	if bin, err = codexproc.ResolveBinary(bin); err != nil {
 		t.Fatal(err)
 	}
 	return bin
@@ -62,16 +63,16 @@ func testNode(t *testing.T) (*isolate.Node, string) {
 
 // start starts an app-server for home, isolated or not, and returns it
 // once initialize is answered, with the time that took.
-func start(t *testing.T, n *isolate.Node, bin, home string, isolated bool) (*codexrpc.Process, time.Duration) {
+func start(t *testing.T, n *isolate.Node, bin, home string, isolated bool) (*codexproc.Process, time.Duration) {
 	t.Helper()
 	empty := filepath.Join(filepath.Dir(home), "emptyhome")
 	if err := os.MkdirAll(empty, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cfg := codexrpc.Config{
+	cfg := codexproc.Config{
 		Binary: bin, Home: home, Dir: filepath.Dir(home),
 		Overrides: codexhome.Overrides("http://127.0.0.1:9/v1"),
-		Env:       codexrpc.AllowedEnv(os.Environ(), []string{"HOME=" + empty}),
+		Env:       codexproc.AllowedEnv(os.Environ(), []string{"HOME=" + empty}),
 		StopGrace: time.Second,
 	}
 	began := time.Now()
@@ -86,13 +87,13 @@ func start(t *testing.T, n *isolate.Node, bin, home string, isolated bool) (*cod
 			cfg.Dir = "/"
 		}
 	}
-	p, err := codexrpc.Start(cfg)
+	p, err := codexproc.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := codexrpc.NewClient(p.Conn()).Initialize(ctx, codexrpc.ClientInfo{Name: "coldstart", Version: "1"}); err != nil {
+	if _, err := codexproto.NewClient(p.Conn()).Initialize(ctx, codexproto.ClientInfo{Name: "coldstart", Version: "1"}); err != nil {
 		_ = p.Kill(ctx)
 		t.Fatalf("initialize (isolated %v): %v; stderr: %s", isolated, err, p.StderrTail())
 	}

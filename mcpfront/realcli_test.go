@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mcpserver"
@@ -54,16 +56,16 @@ func TestRealCLITokenChangesWithoutResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	completed := make(chan string, 8)
-	proc, err := codexrpc.Start(codexrpc.Config{
+	proc, err := codexproc.Start(codexproc.Config{
 		Binary: bin, Home: home, Dir: work, StopGrace: time.Second,
-		Env:    codexrpc.AllowedEnv(os.Environ(), []string{"HOME=" + t.TempDir(), "TMPDIR=/var/tmp"}),
+		Env:    codexproc.AllowedEnv(os.Environ(), []string{"HOME=" + t.TempDir(), "TMPDIR=/var/tmp"}),
 		Logger: slog.New(slog.DiscardHandler),
 		Conn: codexrpc.Options{
 			Logger: slog.New(slog.DiscardHandler),
 			OnNotification: func(n *codexrpc.Notification) {
-				if n.Method == codexrpc.NoteTurnCompleted {
+				if n.Method == codexproto.NoteTurnCompleted {
 					var p struct {
-						Turn codexrpc.Turn `json:"turn"`
+						Turn codexproto.Turn `json:"turn"`
 					}
 					_ = json.Unmarshal(n.Params, &p)
 					completed <- p.Turn.Status
@@ -84,12 +86,12 @@ func TestRealCLITokenChangesWithoutResume(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c := codexrpc.NewClient(proc.Conn())
-	if _, err := c.Initialize(ctx, codexrpc.ClientInfo{Name: "mcpfront-test", Version: "1"}); err != nil {
+	c := codexproto.NewClient(proc.Conn())
+	if _, err := c.Initialize(ctx, codexproto.ClientInfo{Name: "mcpfront-test", Version: "1"}); err != nil {
 		t.Fatal(err)
 	}
-	th, err := c.ThreadStart(ctx, codexrpc.ThreadStartParams{
-		Cwd: work, Sandbox: codexrpc.SandboxReadOnly, ApprovalPolicy: codexrpc.ApprovalNever,
+	th, err := c.ThreadStart(ctx, codexproto.ThreadStartParams{
+		Cwd: work, Sandbox: codexproto.SandboxReadOnly, ApprovalPolicy: codexproto.ApprovalNever,
 		Config: map[string]any{"mcp_servers": map[string]any{"meshweaver": map[string]any{"url": f.Bind(key)}}},
 	})
 	if err != nil {
@@ -98,12 +100,12 @@ func TestRealCLITokenChangesWithoutResume(t *testing.T) {
 	turn := func(id string) {
 		t.Helper()
 		model.Enqueue(mockmodel.Respond(mockmodel.MCPCall(id, "meshweaver", "echo", `{"text":"`+id+`"}`)), mockmodel.Text("done"))
-		if _, err := c.TurnStart(ctx, codexrpc.TurnStartParams{ThreadID: th.Thread.ID, Input: codexrpc.TextInput("use the tool")}); err != nil {
+		if _, err := c.TurnStart(ctx, codexproto.TurnStartParams{ThreadID: th.Thread.ID, Input: codexproto.TextInput("use the tool")}); err != nil {
 			t.Fatal(err)
 		}
 		select {
 		case st := <-completed:
-			if st != codexrpc.TurnCompleted {
+			if st != codexproto.TurnCompleted {
 				t.Fatalf("turn %s ended %s", id, st)
 			}
 		case <-ctx.Done():

@@ -71,6 +71,8 @@ func buildCatalog() *registry {
 	register[RoundControlled](r, "round_controlled.v1")
 	register[AttachRound](r, "attach_round.v1")
 	register[AnswerRequest](r, "answer_request.v1")
+	register[WarmUp](r, "warm_up.v1")
+	register[WarmedUp](r, "warmed_up.v1")
 	// Login and credentials.
 	register[StartLogin](r, "start_login.v1")
 	register[LoginChallenge](r, "login_challenge.v1")

@@ -55,6 +55,8 @@ func samples() []any {
 		InterruptRound{User: "u1", Thread: "t", RoundID: "r-1"},
 		SteerRound{User: "u1", Thread: "t", RoundID: "r-1", Text: "also this", ClientMessageID: "c-10"},
 		RoundControlled{RoundID: "r-1", OK: true, Error: "none"},
+		WarmUp{User: "u1", Thread: "mesh/t", DeveloperInstructions: "be brief", MCPURL: "https://mesh.example/mcp", MCPToken: "tok"},
+		WarmedUp{User: "u1", Error: "e"},
 		StartLogin{User: "u1"},
 		LoginChallenge{User: "u1", LoginID: "l-1", VerificationURL: "https://auth.example/device", UserCode: "ABCD-EFGH", ExpiresAtUnixMilli: 1_760_000_000_123},
 		LoginFinished{User: "u1", LoginID: "l-1", Success: true, Error: "x"},

@@ -54,6 +54,24 @@ func (m StartRound) LogValue() slog.Value {
 	return slog.GroupValue(attrs...)
 }
 
+// String describes m for logs and errors. MCPToken is redacted,
+// DeveloperInstructions reported by size, MCPURL without its user info,
+// query and fragment.
+func (m WarmUp) String() string {
+	return fmt.Sprintf("WarmUp{User:%q Thread:%q DeveloperInstructions:<%d bytes> MCPURL:%q MCPToken:%q}",
+		m.User, m.Thread, len(m.DeveloperInstructions), safeURL(m.MCPURL), secretString(m.MCPToken))
+}
+
+// GoString makes %#v print the redacted form of String.
+func (m WarmUp) GoString() string { return "messages." + m.String() }
+
+// LogValue describes m for slog, with the redactions of String.
+func (m WarmUp) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("user", m.User), slog.String("thread", m.Thread),
+		slog.Int("developer_instructions_bytes", len(m.DeveloperInstructions)),
+		slog.String("mcp_url", safeURL(m.MCPURL)), slog.String("mcp_token", secretString(m.MCPToken)))
+}
+
 // String describes m for logs and errors, with APIKey redacted.
 func (m SetAPIKey) String() string {
 	return fmt.Sprintf("SetAPIKey{User:%q APIKey:%q}", m.User, secretString(m.APIKey))

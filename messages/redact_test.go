@@ -18,7 +18,9 @@ func TestRedaction(t *testing.T) {
 		ReplyTo:               &PID{Address: "127.0.0.1:4001", ID: "mesh/c"},
 	}
 	key := SetAPIKey{User: "u1", APIKey: "sk-KEY-SECRET"}
-	for _, v := range []any{round, &round, key, &key} {
+	warm := WarmUp{User: "u1", Thread: "t1", DeveloperInstructions: "INSTR-SECRET",
+		MCPURL: "https://user:PASS-SECRET@mesh.example/mcp?key=QUERY-SECRET", MCPToken: "TOKEN-SECRET"}
+	for _, v := range []any{round, &round, key, &key, warm, &warm} {
 		var outs []string
 		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x"} {
 			outs = append(outs, fmt.Sprintf(verb, v))

@@ -280,3 +280,25 @@ type RoundControlled struct {
 	OK      bool   `msgpack:"ok,omitempty"`
 	Error   string `msgpack:"error,omitempty"`
 }
+
+// WarmUp asks the daemon to start User's codex app-server ahead of a round
+// and, given Thread (a mesh thread that ran before on this node), to load
+// its codex thread with the settings of the next round
+// (DeveloperInstructions, MCPURL, MCPToken, as that round will send them),
+// so that the round runs warm: no start, no resume. The reply is one
+// [WarmedUp], so it may be used with Engine.Request.
+type WarmUp struct {
+	User                  string `msgpack:"user,omitempty"`
+	Thread                string `msgpack:"thread,omitempty"`
+	DeveloperInstructions string `msgpack:"developer_instructions,omitempty"`
+	MCPURL                string `msgpack:"mcp_url,omitempty"`
+	// MCPToken is the bearer token for MCPURL. Secret.
+	MCPToken string `msgpack:"mcp_token,omitempty"`
+}
+
+// WarmedUp answers a [WarmUp]: Error says why the app-server or the thread
+// could not be made ready (empty when it is).
+type WarmedUp struct {
+	User  string `msgpack:"user,omitempty"`
+	Error string `msgpack:"error,omitempty"`
+}

@@ -131,6 +131,25 @@ func (m AnswerRequest) Validate() error {
 	return c.err
 }
 
+// Validate checks a WarmUp received from a peer: User is required; Thread,
+// DeveloperInstructions, MCPURL and MCPToken are bounded as in StartRound.
+func (m WarmUp) Validate() error {
+	c := checker{name: "warm_up.v1"}
+	c.user(m.User)
+	c.id("thread", m.Thread, MaxThreadLen, false)
+	c.text("developer_instructions", m.DeveloperInstructions, MaxTextLen, false)
+	if m.MCPURL != "" {
+		c.mcpURL(m.MCPURL)
+	}
+	if m.MCPToken != "" {
+		if m.MCPURL == "" {
+			c.failf("mcp_token is set without mcp_url")
+		}
+		c.secret("mcp_token", m.MCPToken)
+	}
+	return c.err
+}
+
 // Validate checks an InterruptRound received from a peer: User and Thread
 // are required and every field is within its bound.
 func (m InterruptRound) Validate() error {

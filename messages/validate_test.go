@@ -134,6 +134,10 @@ func TestOtherValidate(t *testing.T) {
 		{"models_request.v1", ModelsRequest{User: "u"}, ""},
 		{"models_request.v1", ModelsRequest{}, "user is empty"},
 		{"rate_limits_request.v1", RateLimitsRequest{User: "u"}, ""},
+		{"warm_up.v1", WarmUp{User: "u", Thread: "mesh/t", MCPURL: "https://h/mcp", MCPToken: "t"}, ""},
+		{"warm_up.v1", WarmUp{User: "u"}, ""},
+		{"warm_up.v1", WarmUp{Thread: "t"}, "warm_up.v1: invalid message: user is empty"},
+		{"warm_up.v1", WarmUp{User: "u", MCPToken: "SECRET"}, "mcp_token is set without mcp_url"},
 		{"rate_limits_request.v1", RateLimitsRequest{}, "rate_limits_request.v1: invalid message: user is empty"},
 		{"attach_round.v1", AttachRound{User: "u", RoundID: "r", AfterSeq: 9}, ""},
 		{"attach_round.v1", AttachRound{User: "u"}, "round_id is empty"},
@@ -156,7 +160,7 @@ func TestOtherValidate(t *testing.T) {
 // has a Validate method.
 func TestCommandsValidate(t *testing.T) {
 	for _, v := range []any{StartRound{}, InterruptRound{}, SteerRound{}, StartLogin{}, CancelLogin{},
-		SetAPIKey{}, Logout{}, AccountRequest{}, ModelsRequest{}, RateLimitsRequest{}, AttachRound{}, AnswerRequest{}} {
+		SetAPIKey{}, Logout{}, AccountRequest{}, ModelsRequest{}, RateLimitsRequest{}, AttachRound{}, AnswerRequest{}, WarmUp{}} {
 		if _, ok := v.(interface{ Validate() error }); !ok {
 			t.Errorf("%T has no Validate method", v)
 		}

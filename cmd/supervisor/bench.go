@@ -12,7 +12,7 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/bench"
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 )
 
@@ -68,7 +68,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			*dst = v
 		}
 	}
-	bin, err := codexrpc.ResolveBinary(*codex)
+	bin, err := codexproc.ResolveBinary(*codex)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/actors"
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/schema"
@@ -108,7 +108,7 @@ func TestCLICommandLine(t *testing.T) {
 	}
 	code, stdout, _ := cliRun(t, exe, nil, "version", "--json")
 	var bi map[string]string
-	if err := json.Unmarshal([]byte(stdout), &bi); code != 0 || err != nil || bi["codex"] != codexrpc.PinnedCLIVersion ||
+	if err := json.Unmarshal([]byte(stdout), &bi); code != 0 || err != nil || bi["codex"] != codexproto.PinnedCLIVersion ||
 		!strings.HasPrefix(bi["goversion"], "go1.") || bi["version"] == "" || bi["commit"] == "" {
 		t.Errorf("version --json: exit %d, %q (%v)", code, stdout, err)
 	}
@@ -161,11 +161,11 @@ func TestPinnedCLIVersionAgrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(script), "\nversion="+codexrpc.PinnedCLIVersion+"\n") {
-		t.Errorf("scripts/install-codex does not pin %s", codexrpc.PinnedCLIVersion)
+	if !strings.Contains(string(script), "\nversion="+codexproto.PinnedCLIVersion+"\n") {
+		t.Errorf("scripts/install-codex does not pin %s", codexproto.PinnedCLIVersion)
 	}
-	if schema.PinnedVersion != codexrpc.PinnedCLIVersion {
-		t.Errorf("schema.PinnedVersion %s, codexrpc.PinnedCLIVersion %s", schema.PinnedVersion, codexrpc.PinnedCLIVersion)
+	if schema.PinnedVersion != codexproto.PinnedCLIVersion {
+		t.Errorf("schema.PinnedVersion %s, codexproto.PinnedCLIVersion %s", schema.PinnedVersion, codexproto.PinnedCLIVersion)
 	}
 }
 

@@ -11,7 +11,8 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/client"
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
@@ -53,7 +54,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			rounds = append(rounds, demoRound{text: t, autoApprove: true})
 		}
 	}
-	bin, err := codexrpc.ResolveBinary(*codex)
+	bin, err := codexproc.ResolveBinary(*codex)
 	if err != nil {
 		return err
 	}
@@ -96,7 +97,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// The read-only sandbox (serve's default), and approvals on
 		// request: the second round's command asks to leave the sandbox,
 		// and its auto_approve answers.
-		Sandbox: codexrpc.SandboxReadOnly, ApprovalPolicy: codexrpc.ApprovalOnRequest,
+		Sandbox: codexproto.SandboxReadOnly, ApprovalPolicy: codexproto.ApprovalOnRequest,
 	})
 	if err != nil {
 		return err

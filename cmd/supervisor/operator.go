@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshweaver/supervisor/actors"
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
@@ -65,7 +65,7 @@ type buildInfo struct {
 // revision go build stamps (with "-dirty" for local changes), the Go
 // version and the codex CLI version the project pins.
 func readBuildInfo() buildInfo {
-	bi := buildInfo{Version: "(devel)", Commit: "unknown", Codex: codexrpc.PinnedCLIVersion}
+	bi := buildInfo{Version: "(devel)", Commit: "unknown", Codex: codexproto.PinnedCLIVersion}
 	info, ok := debug.ReadBuildInfo()
 	if ok {
 		bi.GoVersion = info.GoVersion

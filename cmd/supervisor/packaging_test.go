@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproto"
 )
 
 // TestReleaseScript runs scripts/release for one architecture: a static
@@ -47,7 +47,7 @@ func TestReleaseScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	var bi buildInfo
-	if err := json.Unmarshal(b, &bi); err != nil || bi.Version != "v0.0.0-test" || bi.Commit == "unknown" || bi.Commit == "" || bi.Codex != codexrpc.PinnedCLIVersion {
+	if err := json.Unmarshal(b, &bi); err != nil || bi.Version != "v0.0.0-test" || bi.Commit == "unknown" || bi.Commit == "" || bi.Codex != codexproto.PinnedCLIVersion {
 		t.Errorf("the release binary says %s (%v)", b, err)
 	}
 	sums, err := os.ReadFile(filepath.Join(out, "SHA256SUMS-v0.0.0-test"))
@@ -107,8 +107,8 @@ func TestDockerfile(t *testing.T) {
 			}
 			last, runtimeRuns = f[0], ""
 		case "ARG":
-			if k, v, ok := strings.Cut(f[0], "="); ok && k == "CODEX_VERSION" && v != codexrpc.PinnedCLIVersion {
-				t.Errorf("the Dockerfile installs codex %s, the project pins %s", v, codexrpc.PinnedCLIVersion)
+			if k, v, ok := strings.Cut(f[0], "="); ok && k == "CODEX_VERSION" && v != codexproto.PinnedCLIVersion {
+				t.Errorf("the Dockerfile installs codex %s, the project pins %s", v, codexproto.PinnedCLIVersion)
 			}
 		case "COPY":
 			if from, ok := strings.CutPrefix(f[0], "--from="); ok {

@@ -18,7 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshweaver/supervisor/actors"
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
@@ -73,8 +74,8 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.StringVar(&o.codex, "codex", "", "codex `PATH` (default: $CODEX_BIN, the project-local install, then codex on PATH)")
 	fs.Var(&o.overrides, "codex-override", "`key=value` passed to every app-server as -c (repeatable)")
 	fs.Var(&o.codexEnv, "codex-env", "`KEY=VALUE` added to every app-server's environment (repeatable); nothing else of the daemon's environment reaches it beyond PATH, HOME and locale")
-	fs.StringVar(&o.sandbox, "sandbox", codexrpc.SandboxReadOnly, "sandbox of codex threads: read-only, workspace-write or danger-full-access")
-	fs.StringVar(&o.approval, "approval-policy", codexrpc.ApprovalNever, "approval policy of codex threads: never, on-request or untrusted")
+	fs.StringVar(&o.sandbox, "sandbox", codexproto.SandboxReadOnly, "sandbox of codex threads: read-only, workspace-write or danger-full-access")
+	fs.StringVar(&o.approval, "approval-policy", codexproto.ApprovalNever, "approval policy of codex threads: never, on-request or untrusted")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "log format: auto (text on a terminal, else json), text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "how long SIGTERM waits for rounds and app-servers to stop")
@@ -364,13 +365,13 @@ func loadServeOptions(args []string, lookup func(string) (string, bool), stderr 
 		errs = append(errs, err)
 	}
 	if !o.op.demoModel || o.codex != "" {
-		bin, err := codexrpc.ResolveInstalled(o.codex)
+		bin, err := codexproc.ResolveInstalled(o.codex)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		o.op.codexBin = bin
 	} else { // the demo model runs on the developer tree's pinned CLI
-		bin, err := codexrpc.ResolveBinary("")
+		bin, err := codexproc.ResolveBinary("")
 		if err != nil {
 			errs = append(errs, err)
 		}

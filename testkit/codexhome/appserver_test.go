@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
@@ -114,7 +114,7 @@ func startAppServer(t *testing.T, e *env, extraArgs ...string) *appServer {
 	// snapshot must not read the machine's ~/.bashrc (here a pyenv init
 	// whose rehash lock outlived the tests as orphans).
 	env := append(codexhome.Env(os.Environ(), e.home), "TMPDIR=/var/tmp", "HOME="+e.home)
-	cmd.Env = codexrpc.PreferBundledBwrap(env, bin)
+	cmd.Env = codexproc.PreferBundledBwrap(env, bin)
 	cmd.Dir = e.work
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 5 * time.Second

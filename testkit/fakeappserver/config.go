@@ -47,6 +47,11 @@ type Fake struct {
 	// completes). Without it a turn runs to completion while turn/start is
 	// being handled, so turn/interrupt always finds no active turn.
 	HoldTurns bool `json:"holdTurns,omitempty"`
+	// TurnResultLast answers turn/start only after the turn's
+	// turn/started and item notifications (just before its end), as a CLI
+	// that writes them first may: a client must not depend on the answer
+	// coming first.
+	TurnResultLast bool `json:"turnResultLast,omitempty"`
 
 	// GarbageLines writes a non-JSON (or non-object) line before every
 	// message the fake sends. The lines cycle through garbageLines.

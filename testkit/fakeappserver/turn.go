@@ -161,7 +161,10 @@ func (s *session) turnStart(id, params json.RawMessage) {
 	if th.preview == "" {
 		th.preview = firstText
 	}
-	s.reply(id, obj{"turn": t.json("inProgress", []any{}, "notLoaded", false, false)})
+	answer := func() { s.reply(id, obj{"turn": t.json("inProgress", []any{}, "notLoaded", false, false)}) }
+	if !s.f.TurnResultLast {
+		answer()
+	}
 	t.steps = append(t.steps, func() {
 		s.setStatus(t)
 		s.notify("turn/started", obj{"threadId": th.id, "turn": t.json("inProgress", []any{}, "notLoaded", true, false)})
@@ -181,6 +184,9 @@ func (s *session) turnStart(id, params json.RawMessage) {
 		t.steps = append(t.steps, func() { t.held, t.retrying = true, true })
 	}
 	t.steps = append(t.steps, s.messageSteps(t)...)
+	if s.f.TurnResultLast {
+		t.steps = append(t.steps, answer)
+	}
 	t.steps = append(t.steps, func() { s.finish(t, "completed") })
 	s.advance(t)
 }

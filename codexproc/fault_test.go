@@ -1,4 +1,4 @@
-package codexrpc
+package codexproc
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 )
 
@@ -30,7 +32,7 @@ func init() {
 // faked is the fake app-server running as a Process.
 type faked struct {
 	proc   *Process
-	client *Client
+	client *codexproto.Client
 	notes  *notes
 	// garbage counts lines read that were not JSON-RPC (skipped by the Conn).
 	garbage atomic.Int64
@@ -59,7 +61,7 @@ func (fk *faked) waitWrite(t *testing.T, method string) {
 }
 
 type fakeOptions struct {
-	conn      Options // OnNotification is set by startFake
+	conn      codexrpc.Options // OnNotification is set by startFake
 	redactor  *Redactor
 	stopGrace time.Duration
 	unknownOK []string // server methods planted on purpose
@@ -72,7 +74,7 @@ func startFake(t *testing.T, f fakeappserver.Fake, o fakeOptions) *faked {
 		t.Fatal(err)
 	}
 	fk := &faked{notes: newNotes(), writes: map[string]*atomic.Int64{}, wrote: make(chan string, 64)}
-	for _, m := range []string{MethodInitialize, MethodThreadStart, MethodModelList} {
+	for _, m := range []string{codexproto.MethodInitialize, codexproto.MethodThreadStart, codexproto.MethodModelList} {
 		fk.writes[m] = &atomic.Int64{}
 	}
 	opts := o.conn
@@ -94,7 +96,7 @@ func startFake(t *testing.T, f fakeappserver.Fake, o fakeOptions) *faked {
 			return
 		}
 		if len(line) < 1<<10 { // garbage is short; do not decode huge lines twice
-			if _, err := DecodeMessage(line); err != nil {
+			if _, err := codexrpc.DecodeMessage(line); err != nil {
 				fk.garbage.Add(1)
 			}
 		}
@@ -121,8 +123,8 @@ func startFake(t *testing.T, f fakeappserver.Fake, o fakeOptions) *faked {
 	}
 	fk.proc = p
 	stopOnCleanup(t, p)
-	fk.client = NewClient(p.Conn())
-	if _, err := fk.client.Initialize(ctxFor(t), ClientInfo{Name: "meshweaver-test", Version: "0.0.1"}); err != nil {
+	fk.client = codexproto.NewClient(p.Conn())
+	if _, err := fk.client.Initialize(ctxFor(t), codexproto.ClientInfo{Name: "meshweaver-test", Version: "0.0.1"}); err != nil {
 		t.Fatalf("initialize: %v", err)
 	}
 	return fk
@@ -137,7 +139,7 @@ func ctxFor(t testing.TB) context.Context {
 
 func (fk *faked) thread(t *testing.T) string {
 	t.Helper()
-	res, err := fk.client.ThreadStart(ctxFor(t), ThreadStartParams{Cwd: "/work/fake", ApprovalPolicy: ApprovalNever, Sandbox: SandboxReadOnly})
+	res, err := fk.client.ThreadStart(ctxFor(t), codexproto.ThreadStartParams{Cwd: "/work/fake", ApprovalPolicy: codexproto.ApprovalNever, Sandbox: codexproto.SandboxReadOnly})
 	if err != nil {
 		t.Fatalf("thread/start: %v", err)
 	}
@@ -145,22 +147,22 @@ func (fk *faked) thread(t *testing.T) string {
 }
 
 // turn starts a turn and waits for its turn/completed.
-func (fk *faked) turn(t *testing.T, threadID string) TurnNotification {
+func (fk *faked) turn(t *testing.T, threadID string) codexproto.TurnNotification {
 	t.Helper()
-	turn, err := fk.client.TurnStart(ctxFor(t), TurnStartParams{ThreadID: threadID, Input: TextInput("hi")})
+	turn, err := fk.client.TurnStart(ctxFor(t), codexproto.TurnStartParams{ThreadID: threadID, Input: codexproto.TextInput("hi")})
 	if err != nil {
 		t.Fatalf("turn/start: %v", err)
 	}
-	done := fk.notes.wait(t, "turn/completed", func(n *Notification) bool {
-		return n.Method == NoteTurnCompleted && decode[TurnNotification](t, n.Params).Turn.ID == turn.ID
+	done := fk.notes.wait(t, "turn/completed", func(n *codexrpc.Notification) bool {
+		return n.Method == codexproto.NoteTurnCompleted && decode[codexproto.TurnNotification](t, n.Params).Turn.ID == turn.ID
 	})
-	return decode[TurnNotification](t, done.Params)
+	return decode[codexproto.TurnNotification](t, done.Params)
 }
 
 // healthy checks that the connection still answers calls.
 func (fk *faked) healthy(t *testing.T) {
 	t.Helper()
-	res, err := fk.client.ModelList(ctxFor(t), ModelListParams{})
+	res, err := fk.client.ModelList(ctxFor(t), codexproto.ModelListParams{})
 	if err != nil || len(res.Data) == 0 {
 		t.Fatalf("model/list after the fault: %d models, %v", len(res.Data), err)
 	}
@@ -174,18 +176,18 @@ func TestFakeGarbageAndHugeLines(t *testing.T) {
 		fk := startFake(t, f, fakeOptions{})
 		th := fk.thread(t)
 		done := fk.turn(t, th)
-		if done.Turn.Status != TurnCompleted {
+		if done.Turn.Status != codexproto.TurnCompleted {
 			t.Fatalf("turn = %+v", done.Turn)
 		}
-		deltas := fk.notes.filter(forThread(NoteAgentMessageDelta, th))
+		deltas := fk.notes.filter(forThread(codexproto.NoteAgentMessageDelta, th))
 		if len(deltas) != 3 {
 			t.Fatalf("got %d deltas, want 3", len(deltas))
 		}
-		first := decode[Delta](t, deltas[0].Params).Delta
+		first := decode[codexproto.Delta](t, deltas[0].Params).Delta
 		if len(first) < huge-300 || !strings.HasPrefix(first, "big ") {
 			t.Errorf("first delta: %d bytes starting %.10q, want the padded ~3 MiB one", len(first), first)
 		}
-		if got := decode[Delta](t, deltas[2].Params).Delta; got != "here" {
+		if got := decode[codexproto.Delta](t, deltas[2].Params).Delta; got != "here" {
 			t.Errorf("last delta = %q", got)
 		}
 		fk.healthy(t)
@@ -198,27 +200,27 @@ func TestFakeGarbageAndHugeLines(t *testing.T) {
 		// The same shape at a smaller scale: a 300 KiB line over a 64 KiB cap.
 		f := f
 		f.HugeLineBytes = 300 << 10
-		fk := startFake(t, f, fakeOptions{conn: Options{MaxLineBytes: 64 << 10}})
+		fk := startFake(t, f, fakeOptions{conn: codexrpc.Options{MaxLineBytes: 64 << 10}})
 		th := fk.thread(t)
-		if _, err := fk.client.TurnStart(ctxFor(t), TurnStartParams{ThreadID: th, Input: TextInput("hi")}); err != nil {
+		if _, err := fk.client.TurnStart(ctxFor(t), codexproto.TurnStartParams{ThreadID: th, Input: codexproto.TextInput("hi")}); err != nil {
 			t.Fatal(err)
 		}
 		// The huge delta, the completed item and turn/completed all carry
 		// the padded text, so all three are over the cap; idle is not.
-		fk.notes.wait(t, "idle", func(n *Notification) bool {
+		fk.notes.wait(t, "idle", func(n *codexrpc.Notification) bool {
 			return forThread("thread/status/changed", th)(n) && strings.Contains(string(n.Params), `"idle"`)
 		})
 		// Answers come in order, so once this call returns every line
 		// before it has been read.
 		fk.healthy(t)
 		var got []string
-		for _, n := range fk.notes.filter(forThread(NoteAgentMessageDelta, th)) {
-			got = append(got, decode[Delta](t, n.Params).Delta)
+		for _, n := range fk.notes.filter(forThread(codexproto.NoteAgentMessageDelta, th)) {
+			got = append(got, decode[codexproto.Delta](t, n.Params).Delta)
 		}
 		if strings.Join(got, "|") != "reply |here" {
 			t.Errorf("deltas = %q, want the two small ones", got)
 		}
-		if n := len(fk.notes.filter(isMethod(NoteTurnCompleted))); n != 0 {
+		if n := len(fk.notes.filter(isMethod(codexproto.NoteTurnCompleted))); n != 0 {
 			t.Errorf("got %d turn/completed, want the over-long one skipped", n)
 		}
 	})
@@ -240,12 +242,12 @@ func TestFakeExitMidCallRedactsStderr(t *testing.T) {
 		},
 	}
 	fk := startFake(t, f, fakeOptions{redactor: red})
-	_, err := fk.client.ThreadStart(ctxFor(t), ThreadStartParams{Cwd: "/w"})
-	var ee *ExitError
+	_, err := fk.client.ThreadStart(ctxFor(t), codexproto.ThreadStartParams{Cwd: "/w"})
+	var ee *codexrpc.ExitError
 	if !errors.As(err, &ee) {
 		t.Fatalf("err = %v (%T), want *ExitError", err, err)
 	}
-	if ee.Method != MethodThreadStart || ee.Exit.Code != 3 || ee.Exit.Signal != "" || !ee.Exit.Known {
+	if ee.Method != codexproto.MethodThreadStart || ee.Exit.Code != 3 || ee.Exit.Signal != "" || !ee.Exit.Known {
 		t.Errorf("ExitError = %+v, want thread/start, code 3", ee)
 	}
 	for _, secret := range []string{"abc.def", "sk-live1234567890", "hunter2-registered-value"} {
@@ -253,7 +255,7 @@ func TestFakeExitMidCallRedactsStderr(t *testing.T) {
 			t.Errorf("secret %q leaked: %q", secret, err)
 		}
 	}
-	for _, kept := range []string{"plain diagnostic line stays", "proxy said", "loaded key sk-" + Redacted, "db password " + Redacted, Redacted} {
+	for _, kept := range []string{"plain diagnostic line stays", "proxy said", "loaded key sk-" + codexrpc.Redacted, "db password " + codexrpc.Redacted, codexrpc.Redacted} {
 		if !strings.Contains(ee.Stderr, kept) {
 			t.Errorf("stderr tail lacks %q: %q", kept, ee.Stderr)
 		}
@@ -264,13 +266,13 @@ func TestFakeExitMidCallRedactsStderr(t *testing.T) {
 
 	// A call after the death fails at once, with the same exit and tail.
 	start := time.Now()
-	err = fk.client.Conn.Call(context.Background(), MethodModelList, nil, nil)
+	err = fk.client.Conn.Call(context.Background(), codexproto.MethodModelList, nil, nil)
 	if d := time.Since(start); d > 500*time.Millisecond {
 		t.Errorf("call after death took %v", d)
 	}
-	var again *ExitError
-	if !errors.As(err, &again) || again.Method != MethodModelList || again.Exit != ee.Exit || again.Stderr != ee.Stderr {
-		t.Errorf("call after death: %v, want the same ExitError for %s", err, MethodModelList)
+	var again *codexrpc.ExitError
+	if !errors.As(err, &again) || again.Method != codexproto.MethodModelList || again.Exit != ee.Exit || again.Stderr != ee.Stderr {
+		t.Errorf("call after death: %v, want the same ExitError for %s", err, codexproto.MethodModelList)
 	}
 	if err := fk.client.Conn.Notify("initialized", nil); !errors.As(err, &again) {
 		t.Errorf("notify after death: %v, want an ExitError", err)
@@ -281,10 +283,10 @@ func TestFakeExitMidCallRedactsStderr(t *testing.T) {
 }
 
 func TestFakeHangDeadline(t *testing.T) {
-	fk := startFake(t, fakeappserver.Fake{HangOnMethod: MethodThreadStart}, fakeOptions{})
+	fk := startFake(t, fakeappserver.Fake{HangOnMethod: codexproto.MethodThreadStart}, fakeOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := fk.client.ThreadStart(ctx, ThreadStartParams{Cwd: "/w"})
+	_, err := fk.client.ThreadStart(ctx, codexproto.ThreadStartParams{Cwd: "/w"})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want deadline exceeded", err)
 	}
@@ -295,23 +297,23 @@ func TestFakeHangDeadline(t *testing.T) {
 }
 
 func TestFakeOverloadedRetried(t *testing.T) {
-	retry := RetryPolicy{Attempts: 5, Base: 5 * time.Millisecond, Max: 20 * time.Millisecond}
+	retry := codexrpc.RetryPolicy{Attempts: 5, Base: 5 * time.Millisecond, Max: 20 * time.Millisecond}
 	t.Run("then success", func(t *testing.T) {
-		fk := startFake(t, fakeappserver.Fake{OverloadedTimes: 3, OverloadedMethod: MethodThreadStart}, fakeOptions{conn: Options{Retry: retry}})
+		fk := startFake(t, fakeappserver.Fake{OverloadedTimes: 3, OverloadedMethod: codexproto.MethodThreadStart}, fakeOptions{conn: codexrpc.Options{Retry: retry}})
 		if id := fk.thread(t); id == "" {
 			t.Fatal("no thread id")
 		}
-		if n := fk.writes[MethodThreadStart].Load(); n != 4 {
+		if n := fk.writes[codexproto.MethodThreadStart].Load(); n != 4 {
 			t.Errorf("thread/start written %d times, want 4 (3 refused, 1 served)", n)
 		}
 	})
 	t.Run("bounded", func(t *testing.T) {
-		fk := startFake(t, fakeappserver.Fake{OverloadedTimes: 100, OverloadedMethod: MethodThreadStart}, fakeOptions{conn: Options{Retry: retry}})
-		_, err := fk.client.ThreadStart(ctxFor(t), ThreadStartParams{Cwd: "/w"})
-		if Classify(err) != ClassOverloaded {
+		fk := startFake(t, fakeappserver.Fake{OverloadedTimes: 100, OverloadedMethod: codexproto.MethodThreadStart}, fakeOptions{conn: codexrpc.Options{Retry: retry}})
+		_, err := fk.client.ThreadStart(ctxFor(t), codexproto.ThreadStartParams{Cwd: "/w"})
+		if codexrpc.Classify(err) != codexrpc.ClassOverloaded {
 			t.Fatalf("err = %v, want overloaded", err)
 		}
-		if n := fk.writes[MethodThreadStart].Load(); n != int64(retry.Attempts) {
+		if n := fk.writes[codexproto.MethodThreadStart].Load(); n != int64(retry.Attempts) {
 			t.Errorf("thread/start written %d times, want %d", n, retry.Attempts)
 		}
 		fk.healthy(t)
@@ -322,7 +324,7 @@ func TestFakeUnknownNotificationsIgnored(t *testing.T) {
 	unknown := []string{"fake/brandNewThing", "thread/futureFeature/updated"}
 	fk := startFake(t, fakeappserver.Fake{UnknownNotifications: unknown}, fakeOptions{unknownOK: unknown})
 	th := fk.thread(t)
-	if done := fk.turn(t, th); done.Turn.Status != TurnCompleted {
+	if done := fk.turn(t, th); done.Turn.Status != codexproto.TurnCompleted {
 		t.Fatalf("turn = %+v", done.Turn)
 	}
 	for _, m := range unknown {
@@ -339,16 +341,16 @@ func TestFakeUnknownServerRequest(t *testing.T) {
 		ServerRequests: []fakeappserver.ServerRequestSpec{{Method: method}},
 	}, fakeOptions{unknownOK: []string{method}}) // no OnRequest
 	th := fk.thread(t)
-	if done := fk.turn(t, th); done.Turn.Status != TurnCompleted {
+	if done := fk.turn(t, th); done.Turn.Status != codexproto.TurnCompleted {
 		t.Fatalf("turn = %+v", done.Turn)
 	}
 	type fakeAnswer struct {
-		Method string     `json:"method"`
-		Error  *WireError `json:"error"`
-		Result any        `json:"result"`
+		Method string              `json:"method"`
+		Error  *codexrpc.WireError `json:"error"`
+		Result any                 `json:"result"`
 	}
 	ans := decode[fakeAnswer](t, fk.notes.wait(t, "fake/answer", isMethod("fake/answer")).Params)
-	if ans.Method != method || ans.Error == nil || ans.Error.Code != CodeMethodNotFound {
+	if ans.Method != method || ans.Error == nil || ans.Error.Code != codexrpc.CodeMethodNotFound {
 		t.Errorf("the client answered %+v, want a -32601 error", ans)
 	}
 }
@@ -388,7 +390,7 @@ func TestFakeStopEscalates(t *testing.T) {
 				t.Errorf("stderr tail %q: the fake never saw stdin close", fk.proc.StderrTail())
 			}
 			requireGroupGone(t, fk.proc.PID())
-			if err := fk.proc.Conn().Err(); !errors.Is(err, ErrClosed) {
+			if err := fk.proc.Conn().Err(); !errors.Is(err, codexrpc.ErrClosed) {
 				t.Errorf("Conn.Err() = %v, want ErrClosed after a stop", err)
 			}
 		})
@@ -396,13 +398,13 @@ func TestFakeStopEscalates(t *testing.T) {
 }
 
 func TestFakeKillMidCall(t *testing.T) {
-	fk := startFake(t, fakeappserver.Fake{HangOnMethod: MethodThreadStart}, fakeOptions{})
+	fk := startFake(t, fakeappserver.Fake{HangOnMethod: codexproto.MethodThreadStart}, fakeOptions{})
 	errc := make(chan error, 1)
 	go func() {
-		_, err := fk.client.ThreadStart(context.Background(), ThreadStartParams{Cwd: "/w"})
+		_, err := fk.client.ThreadStart(context.Background(), codexproto.ThreadStartParams{Cwd: "/w"})
 		errc <- err
 	}()
-	fk.waitWrite(t, MethodThreadStart) // now it is pending, and never answered
+	fk.waitWrite(t, codexproto.MethodThreadStart) // now it is pending, and never answered
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -418,8 +420,8 @@ func TestFakeKillMidCall(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("kill and failing the call took %v, want under 1s", d)
 	}
-	var ee *ExitError
-	if !errors.As(err, &ee) || ee.Method != MethodThreadStart || ee.Exit.Signal != "SIGKILL" {
+	var ee *codexrpc.ExitError
+	if !errors.As(err, &ee) || ee.Method != codexproto.MethodThreadStart || ee.Exit.Signal != "SIGKILL" {
 		t.Fatalf("err = %v, want an ExitError for thread/start killed by SIGKILL", err)
 	}
 	requireGroupGone(t, fk.proc.PID())
@@ -437,7 +439,7 @@ func shProcess(t *testing.T, script string, grace time.Duration) (*Process, *not
 		Logger:    testLogger(t),
 		StopGrace: grace,
 		ExitDrain: 200 * time.Millisecond,
-		Conn:      Options{OnNotification: n.add},
+		Conn:      codexrpc.Options{OnNotification: n.add},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -454,10 +456,10 @@ func TestProcessClosesOutputButLives(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	err := p.Conn().Call(ctx, MethodModelList, nil, nil)
-	var ee *ExitError
-	if !errors.As(err, &ee) || ee.Method != MethodModelList {
-		t.Fatalf("err = %v after %v, want an ExitError for %s", err, time.Since(start), MethodModelList)
+	err := p.Conn().Call(ctx, codexproto.MethodModelList, nil, nil)
+	var ee *codexrpc.ExitError
+	if !errors.As(err, &ee) || ee.Method != codexproto.MethodModelList {
+		t.Fatalf("err = %v after %v, want an ExitError for %s", err, time.Since(start), codexproto.MethodModelList)
 	}
 	if ee.Exit.Known {
 		t.Errorf("exit = %+v, want unknown: the process is still running", ee.Exit)
@@ -502,7 +504,7 @@ func TestStopWithStrayHoldingPipes(t *testing.T) {
 // models only when asked.
 func TestFakeModelListAllPages(t *testing.T) {
 	fk := startFake(t, fakeappserver.Fake{ModelPageSize: 2}, fakeOptions{})
-	page, err := fk.client.ModelList(ctxFor(t), ModelListParams{})
+	page, err := fk.client.ModelList(ctxFor(t), codexproto.ModelListParams{})
 	if err != nil || len(page.Data) != 2 || page.NextCursor == nil {
 		t.Fatalf("first page: %d models, next %v, %v; want 2 and a cursor", len(page.Data), page.NextCursor, err)
 	}

@@ -1,4 +1,4 @@
-package codexrpc
+package codexproc
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
@@ -30,23 +32,23 @@ func surfaceCLI(t *testing.T) *cli {
 }
 
 // surfaceTurn starts a turn with the wider params and waits for its end.
-func (c *cli) surfaceTurn(p TurnStartSurfaceParams) (Turn, TurnNotification) {
+func (c *cli) surfaceTurn(p codexproto.TurnStartSurfaceParams) (codexproto.Turn, codexproto.TurnNotification) {
 	c.t.Helper()
 	if p.Summary == "" {
 		p.Summary = "auto"
 	}
-	var res TurnResult
-	if err := c.client.Conn.Call(c.ctx(), MethodTurnStart, p, &res); err != nil {
+	var res codexproto.TurnResult
+	if err := c.client.Conn.Call(c.ctx(), codexproto.MethodTurnStart, p, &res); err != nil {
 		c.t.Fatalf("turn/start: %v", err)
 	}
-	done := c.notes.wait(c.t, "turn/completed of "+res.Turn.ID, func(n *Notification) bool {
-		return n.Method == NoteTurnCompleted && decode[TurnNotification](c.t, n.Params).Turn.ID == res.Turn.ID
+	done := c.notes.wait(c.t, "turn/completed of "+res.Turn.ID, func(n *codexrpc.Notification) bool {
+		return n.Method == codexproto.NoteTurnCompleted && decode[codexproto.TurnNotification](c.t, n.Params).Turn.ID == res.Turn.ID
 	})
-	return res.Turn, decode[TurnNotification](c.t, done.Params)
+	return res.Turn, decode[codexproto.TurnNotification](c.t, done.Params)
 }
 
-func textTurn(threadID, text string) TurnStartSurfaceParams {
-	return TurnStartSurfaceParams{TurnStartParams: TurnStartParams{ThreadID: threadID}, Input: []InputItem{{Type: InputText, Text: text}}}
+func textTurn(threadID, text string) codexproto.TurnStartSurfaceParams {
+	return codexproto.TurnStartSurfaceParams{TurnStartParams: codexproto.TurnStartParams{ThreadID: threadID}, Input: []codexproto.InputItem{{Type: codexproto.InputText, Text: text}}}
 }
 
 // namespacedCall is a function call of a namespaced tool, as the model
@@ -76,21 +78,21 @@ func TestRealCLISubagent(t *testing.T) {
 		}
 		return mockmodel.Text("unexpected request")
 	})
-	th := c.thread(ApprovalNever, SandboxReadOnly)
+	th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly)
 	parentTurn, done := c.surfaceTurn(textTurn(th, "delegate"))
-	if done.Turn.Status != TurnCompleted {
+	if done.Turn.Status != codexproto.TurnCompleted {
 		t.Fatalf("parent turn = %+v", done.Turn)
 	}
 	// The spawn: a collab item of the parent thread naming the child.
-	spawned := decode[SurfaceItemNotification](t, c.notes.wait(t, "the spawn completed", itemEvent(NoteItemCompleted, th, ItemCollabAgentToolCall)).Params).Item
+	spawned := decode[codexproto.SurfaceItemNotification](t, c.notes.wait(t, "the spawn completed", itemEvent(codexproto.NoteItemCompleted, th, codexproto.ItemCollabAgentToolCall)).Params).Item
 	if spawned.Tool != "spawnAgent" || spawned.SenderThreadID != th || len(spawned.ReceiverThreadIDs) != 1 || spawned.Prompt == nil || *spawned.Prompt != "find the bug" {
 		t.Fatalf("spawn item = %+v", spawned)
 	}
 	child := spawned.ReceiverThreadIDs[0]
 	// The child's events come on the same connection, under its thread id;
 	// its turn's root is the parent's turn.
-	childDone := decode[TurnNotification](t, c.notes.wait(t, "the child's turn/completed", forThread(NoteTurnCompleted, child)).Params)
-	if childDone.Turn.Status != TurnCompleted {
+	childDone := decode[codexproto.TurnNotification](t, c.notes.wait(t, "the child's turn/completed", forThread(codexproto.NoteTurnCompleted, child)).Params)
+	if childDone.Turn.Status != codexproto.TurnCompleted {
 		t.Errorf("child turn = %+v", childDone.Turn)
 	}
 	var root struct {
@@ -98,12 +100,12 @@ func TestRealCLISubagent(t *testing.T) {
 			RootTurnID string `json:"rootTurnId"`
 		} `json:"turn"`
 	}
-	if err := json.Unmarshal(c.notes.wait(t, "the child's turn/started", forThread(NoteTurnStarted, child)).Params, &root); err != nil || root.Turn.RootTurnID != parentTurn.ID {
+	if err := json.Unmarshal(c.notes.wait(t, "the child's turn/started", forThread(codexproto.NoteTurnStarted, child)).Params, &root); err != nil || root.Turn.RootTurnID != parentTurn.ID {
 		t.Errorf("child turn root = %q, want the parent's turn %s (%v)", root.Turn.RootTurnID, parentTurn.ID, err)
 	}
 	var text strings.Builder
-	for _, n := range c.notes.filter(forThread(NoteAgentMessageDelta, child)) {
-		text.WriteString(decode[Delta](t, n.Params).Delta)
+	for _, n := range c.notes.filter(forThread(codexproto.NoteAgentMessageDelta, child)) {
+		text.WriteString(decode[codexproto.Delta](t, n.Params).Delta)
 	}
 	if text.String() != "child found it" {
 		t.Errorf("child text = %q, want %q", text.String(), "child found it")
@@ -114,7 +116,7 @@ func TestRealCLISubagent(t *testing.T) {
 }
 
 // writeRecording writes notifications in the recordings' format.
-func writeRecording(t *testing.T, path string, notes []*Notification) {
+func writeRecording(t *testing.T, path string, notes []*codexrpc.Notification) {
 	t.Helper()
 	var b strings.Builder
 	for _, n := range notes {
@@ -134,11 +136,11 @@ func TestRealCLIOutputSchema(t *testing.T) {
 	c := surfaceCLI(t)
 	answer := `{"answer":"42","confidence":0.9}`
 	c.mock.Enqueue(mockmodel.Text(answer[:10], answer[10:]))
-	th := c.thread(ApprovalNever, SandboxReadOnly)
+	th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly)
 	p := textTurn(th, "answer in JSON")
 	p.OutputSchema = json.RawMessage(`{"type":"object","properties":{"answer":{"type":"string"},"confidence":{"type":"number"}},"required":["answer","confidence"],"additionalProperties":false}`)
 	_, done := c.surfaceTurn(p)
-	if done.Turn.Status != TurnCompleted {
+	if done.Turn.Status != codexproto.TurnCompleted {
 		t.Fatalf("turn = %+v", done.Turn)
 	}
 	// The schema reaches the model as the response format.
@@ -160,7 +162,7 @@ func TestRealCLIOutputSchema(t *testing.T) {
 	if body.Text.Format.Type != "json_schema" || !strings.Contains(string(body.Text.Format.Schema), `"confidence"`) {
 		t.Errorf("model request text.format = %+v, want our schema", body.Text.Format)
 	}
-	item := decode[ItemNotification](t, c.notes.wait(t, "the answer", itemEvent(NoteItemCompleted, th, ItemAgentMessage)).Params).Item
+	item := decode[codexproto.ItemNotification](t, c.notes.wait(t, "the answer", itemEvent(codexproto.NoteItemCompleted, th, codexproto.ItemAgentMessage)).Params).Item
 	if item.Text != answer {
 		t.Errorf("final message = %q, want %q", item.Text, answer)
 	}
@@ -180,16 +182,16 @@ func TestRealCLIImagesAndContext(t *testing.T) {
 	if err := os.WriteFile(file, pngData, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	th := c.thread(ApprovalNever, SandboxReadOnly)
+	th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly)
 	p := textTurn(th, "what is in these?")
 	p.Input = append(p.Input,
-		InputItem{Type: InputImage, URL: "data:image/png;base64," + base64.StdEncoding.EncodeToString(pngData)},
-		InputItem{Type: InputLocalImage, Path: file})
-	p.AdditionalContext = map[string]AdditionalContextEntry{
-		"moi-context": {Kind: ContextApplication, Value: "workspace demo"},
-		"page":        {Kind: ContextUntrusted, Value: "a web page"},
+		codexproto.InputItem{Type: codexproto.InputImage, URL: "data:image/png;base64," + base64.StdEncoding.EncodeToString(pngData)},
+		codexproto.InputItem{Type: codexproto.InputLocalImage, Path: file})
+	p.AdditionalContext = map[string]codexproto.AdditionalContextEntry{
+		"moi-context": {Kind: codexproto.ContextApplication, Value: "workspace demo"},
+		"page":        {Kind: codexproto.ContextUntrusted, Value: "a web page"},
 	}
-	if _, done := c.surfaceTurn(p); done.Turn.Status != TurnCompleted {
+	if _, done := c.surfaceTurn(p); done.Turn.Status != codexproto.TurnCompleted {
 		t.Fatalf("turn = %+v", done.Turn)
 	}
 	reqs := c.mock.Requests()
@@ -231,25 +233,25 @@ func TestRealCLITurnPolicyOutputAndDiff(t *testing.T) {
 	// A read-only thread; the turn itself asks for full access (no
 	// sandbox: a sandboxed command costs seconds on hosts without
 	// bubblewrap).
-	th := c.thread(ApprovalUntrusted, SandboxReadOnly)
+	th := c.thread(codexproto.ApprovalUntrusted, codexproto.SandboxReadOnly)
 	p := textTurn(th, "tick and patch")
-	p.SandboxPolicy = &SandboxPolicy{Type: PolicyDangerFullAccess}
-	p.ApprovalPolicy = ApprovalNever
-	if _, done := c.surfaceTurn(p); done.Turn.Status != TurnCompleted {
+	p.SandboxPolicy = &codexproto.SandboxPolicy{Type: codexproto.PolicyDangerFullAccess}
+	p.ApprovalPolicy = codexproto.ApprovalNever
+	if _, done := c.surfaceTurn(p); done.Turn.Status != codexproto.TurnCompleted {
 		t.Fatalf("turn = %+v", done.Turn)
 	}
 	// The turn's policy held: the patch applied without an approval.
 	if b, err := os.ReadFile(filepath.Join(c.work, "new.txt")); err != nil || string(b) != "brand new line\n" {
 		t.Errorf("new.txt = %q, %v", b, err)
 	}
-	settings := c.notes.filter(forThread(NoteThreadSettings, th))
+	settings := c.notes.filter(forThread(codexproto.NoteThreadSettings, th))
 	if len(settings) == 0 || !strings.Contains(string(settings[len(settings)-1].Params), `"sandboxPolicy":{"type":"dangerFullAccess"}`) {
 		t.Errorf("thread/settings/updated does not show the turn's sandbox")
 	}
 	// Live output of the slow command.
 	var out strings.Builder
-	for _, n := range c.notes.filter(forThread(NoteCommandOutputDelta, th)) {
-		d := decode[Delta](t, n.Params)
+	for _, n := range c.notes.filter(forThread(codexproto.NoteCommandOutputDelta, th)) {
+		d := decode[codexproto.Delta](t, n.Params)
 		if d.ItemID != "call-slow" {
 			t.Errorf("output delta of item %q", d.ItemID)
 		}
@@ -259,11 +261,11 @@ func TestRealCLITurnPolicyOutputAndDiff(t *testing.T) {
 		t.Errorf("output deltas = %q, want the later ticks", out.String())
 	}
 	// The file change carries its diff, and the turn its aggregated diff.
-	fc := decode[SurfaceItemNotification](t, c.notes.wait(t, "the file change", itemEvent(NoteItemStarted, th, ItemFileChange)).Params).Item
+	fc := decode[codexproto.SurfaceItemNotification](t, c.notes.wait(t, "the file change", itemEvent(codexproto.NoteItemStarted, th, codexproto.ItemFileChange)).Params).Item
 	if len(fc.Changes) != 1 || fc.Changes[0].Kind.Type != "add" || fc.Changes[0].Diff != "brand new line\n" {
 		t.Errorf("file change = %+v", fc.Changes)
 	}
-	diff := decode[TurnDiff](t, c.notes.wait(t, "turn/diff/updated", forThread(NoteTurnDiff, th)).Params)
+	diff := decode[codexproto.TurnDiff](t, c.notes.wait(t, "turn/diff/updated", forThread(codexproto.NoteTurnDiff, th)).Params)
 	if !strings.HasPrefix(diff.Diff, "diff --git a/new.txt b/new.txt") || !strings.Contains(diff.Diff, "+brand new line") {
 		t.Errorf("turn diff = %q", diff.Diff)
 	}

@@ -1,6 +1,7 @@
-package codexrpc
+package codexproc
 
 import (
+	"github.com/meshweaver/supervisor/codexrpc"
 	"strings"
 	"testing"
 )
@@ -22,7 +23,7 @@ func TestRedact(t *testing.T) {
 		if strings.Contains(got, tt.leak) {
 			t.Errorf("Redact(%q) = %q: still holds %q", tt.in, got, tt.leak)
 		}
-		if !strings.Contains(got, Redacted) {
+		if !strings.Contains(got, codexrpc.Redacted) {
 			t.Errorf("Redact(%q) = %q: nothing redacted", tt.in, got)
 		}
 	}

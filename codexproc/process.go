@@ -1,4 +1,4 @@
-package codexrpc
+package codexproc
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/procs"
 )
 
@@ -56,14 +57,14 @@ type Config struct {
 	StderrTailLines int
 	StderrTailBytes int
 	// Conn configures the connection; its OnEOF is set by the Process.
-	Conn Options
+	Conn codexrpc.Options
 }
 
 // Process is a running app-server and its connection.
 type Process struct {
 	cfg  Config
 	cmd  *exec.Cmd
-	conn *Conn
+	conn *codexrpc.Conn
 	pid  int
 	log  *slog.Logger
 
@@ -73,7 +74,7 @@ type Process struct {
 	startTime  uint64        // the process's start time, in clock ticks since boot
 	exited     chan struct{} // closed once the exit is observed
 	waitDone   chan struct{} // closed when the exit waiter has returned
-	exit       ExitStatus
+	exit       codexrpc.ExitStatus
 	stderrDone chan struct{}
 
 	tailMu sync.Mutex
@@ -194,14 +195,14 @@ func Start(cfg Config) (*Process, error) {
 	if opts.Logger == nil {
 		opts.Logger = p.log
 	}
-	p.conn = NewConn(stdoutR, stdinW, opts)
+	p.conn = codexrpc.NewConn(stdoutR, stdinW, opts)
 	go p.wait()
 	go p.readStderr()
 	return p, nil
 }
 
 // Conn is the process's connection.
-func (p *Process) Conn() *Conn { return p.conn }
+func (p *Process) Conn() *codexrpc.Conn { return p.conn }
 
 // PID is the process id, which is also its process group id.
 func (p *Process) PID() int { return p.pid }
@@ -210,12 +211,12 @@ func (p *Process) PID() int { return p.pid }
 func (p *Process) Exited() <-chan struct{} { return p.exited }
 
 // ExitStatus is how the process ended; valid once Exited is closed.
-func (p *Process) ExitStatus() ExitStatus {
+func (p *Process) ExitStatus() codexrpc.ExitStatus {
 	select {
 	case <-p.exited:
 		return p.exit
 	default:
-		return ExitStatus{}
+		return codexrpc.ExitStatus{}
 	}
 }
 
@@ -231,7 +232,7 @@ func (p *Process) StderrTail() string {
 func (p *Process) wait() {
 	defer close(p.waitDone)
 	err := p.cmd.Wait()
-	st := ExitStatus{Code: -1, Known: true}
+	st := codexrpc.ExitStatus{Code: -1, Known: true}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -278,10 +279,10 @@ func signalName(s syscall.Signal) string {
 // readStderr relays stderr to the log and keeps a bounded, redacted tail.
 func (p *Process) readStderr() {
 	defer close(p.stderrDone)
-	lr := NewLineReader(p.stderrR, 64<<10)
+	lr := codexrpc.NewLineReader(p.stderrR, 64<<10)
 	for {
 		line, err := lr.ReadLine()
-		if errors.Is(err, ErrLineTooLong) {
+		if errors.Is(err, codexrpc.ErrLineTooLong) {
 			continue
 		}
 		if err != nil {
@@ -332,7 +333,7 @@ func (p *Process) exitCause() error {
 		}
 	case <-t.C:
 	}
-	return &ExitError{Exit: p.ExitStatus(), Stderr: p.StderrTail()}
+	return &codexrpc.ExitError{Exit: p.ExitStatus(), Stderr: p.StderrTail()}
 }
 
 // Stop ends the process politely, then firmly: it closes stdin and waits

@@ -1,20 +1,21 @@
-package codexrpc
+package codexproto
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/meshweaver/supervisor/codexrpc"
 )
 
 // Client is the typed face of a Conn: one method per call the daemon makes.
 type Client struct {
-	Conn    *Conn
+	Conn    *codexrpc.Conn
 	Version Version // set by Initialize
 }
 
 // NewClient wraps a connection.
-func NewClient(c *Conn) *Client { return &Client{Conn: c} }
+func NewClient(c *codexrpc.Conn) *Client { return &Client{Conn: c} }
 
 // Initialize performs the handshake (initialize, then the initialized
 // notification) and records the CLI version from the userAgent.
@@ -168,7 +169,7 @@ func (c *Client) Logout(ctx context.Context) error {
 // failure or ctx's end is returned.
 func (c *Client) Ping(ctx context.Context) error {
 	err := c.Conn.Call(ctx, MethodThreadLoadedList, struct{}{}, nil)
-	var we *WireError
+	var we *codexrpc.WireError
 	if errors.As(err, &we) {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package codexrpc
+package codexproc
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 	"github.com/meshweaver/supervisor/testkit/schema"
 )
@@ -78,7 +80,7 @@ type traceCheck struct {
 // and registers a cleanup that validates it against the pinned schema.
 // unknownOK names server-sent methods that are expected to be missing from
 // the schema.
-func traced(t testing.TB, opts Options, unknownOK ...string) Options {
+func traced(t testing.TB, opts codexrpc.Options, unknownOK ...string) codexrpc.Options {
 	t.Helper()
 	v := schema.ForTest(t) // fails, never skips, without the CLI
 	tc := &traceCheck{unknownOK: map[string]bool{"fake/answer": true}, theirs: map[string]string{}}
@@ -109,7 +111,7 @@ func (tc *traceCheck) record(out bool, line []byte) {
 		if len(line) > maxValidatedLine {
 			return
 		}
-		if r, ok := decodeQuiet(line).(*Request); ok {
+		if r, ok := decodeQuiet(line).(*codexrpc.Request); ok {
 			tc.theirs[string(r.ID)] = r.Method
 		}
 		return
@@ -130,8 +132,8 @@ func (tc *traceCheck) record(out bool, line []byte) {
 	}
 }
 
-func decodeQuiet(line []byte) Message {
-	m, _ := DecodeMessage(line)
+func decodeQuiet(line []byte) codexrpc.Message {
+	m, _ := codexrpc.DecodeMessage(line)
 	return m
 }
 
@@ -165,21 +167,21 @@ func (tc *traceCheck) validate(v *schema.Validator) []error {
 		if len(l.line) > maxValidatedLine {
 			continue
 		}
-		msg, err := DecodeMessage(l.line)
+		msg, err := codexrpc.DecodeMessage(l.line)
 		if err != nil {
 			continue // garbage the Conn skipped, tested elsewhere
 		}
 		switch m := msg.(type) {
-		case *Request:
+		case *codexrpc.Request:
 			theirs[string(m.ID)] = m.Method
 			if err := v.ValidateServerRequest(l.line); err != nil && !tc.skippable(m.Method, err) {
 				bad(false, l.line, err)
 			}
-		case *Notification:
+		case *codexrpc.Notification:
 			if err := v.ValidateServerNotification(l.line); err != nil && !tc.skippable(m.Method, err) {
 				bad(false, l.line, err)
 			}
-		case *Response:
+		case *codexrpc.Response:
 			method := ours[string(m.ID)]
 			if m.Error != nil || method == "" || !v.HasResultSchema(schema.ClientRequest, method) {
 				continue
@@ -227,7 +229,7 @@ func checkOut(v *schema.Validator, line []byte, theirs, ours map[string]string, 
 			return
 		}
 		if e, ok := m["error"]; ok {
-			var we WireError
+			var we codexrpc.WireError
 			if err := json.Unmarshal(e, &we); err != nil || we.Code == 0 || we.Message == "" {
 				bad(fmt.Errorf("malformed error answer to %s", req))
 			}
@@ -243,7 +245,7 @@ func checkOut(v *schema.Validator, line []byte, theirs, ours map[string]string, 
 
 // pipeFake runs the fake app-server in-process on io.Pipe ends and returns a
 // Conn to it whose traffic is validated. Cleanup closes both and waits.
-func pipeFake(t *testing.T, f fakeappserver.Fake, opts Options, unknownOK ...string) *Conn {
+func pipeFake(t *testing.T, f fakeappserver.Fake, opts codexrpc.Options, unknownOK ...string) *codexrpc.Conn {
 	t.Helper()
 	cr, sw := io.Pipe() // server → client
 	sr, cw := io.Pipe() // client → server
@@ -257,7 +259,7 @@ func pipeFake(t *testing.T, f fakeappserver.Fake, opts Options, unknownOK ...str
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := NewConn(cr, cw, traced(t, opts, unknownOK...))
+	c := codexrpc.NewConn(cr, cw, traced(t, opts, unknownOK...))
 	t.Cleanup(func() {
 		c.Close() // EOF for the fake
 		wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -282,38 +284,38 @@ func pipeFake(t *testing.T, f fakeappserver.Fake, opts Options, unknownOK ...str
 func TestClientConformance(t *testing.T) {
 	home := t.TempDir()
 	answered := map[string]any{
-		ReqCommandApproval:    ApprovalAnswer{Decision: DecisionAccept},
-		ReqFileChangeApproval: ApprovalAnswer{Decision: DecisionDecline},
-		ReqElicitation:        ElicitationAnswer{Action: "decline"},
+		codexproto.ReqCommandApproval:    codexproto.ApprovalAnswer{Decision: codexproto.DecisionAccept},
+		codexproto.ReqFileChangeApproval: codexproto.ApprovalAnswer{Decision: codexproto.DecisionDecline},
+		codexproto.ReqElicitation:        codexproto.ElicitationAnswer{Action: "decline"},
 	}
 	notes := newNotes()
 	c := pipeFake(t, fakeappserver.Fake{
 		CodexHome: home,
 		HoldTurns: true,
 		ServerRequests: []fakeappserver.ServerRequestSpec{
-			{Method: ReqCommandApproval, OnTurn: 1},
-			{Method: ReqFileChangeApproval, OnTurn: 1},
-			{Method: ReqElicitation, OnTurn: 1},
-			{Method: ReqUserInput, OnTurn: 1},
+			{Method: codexproto.ReqCommandApproval, OnTurn: 1},
+			{Method: codexproto.ReqFileChangeApproval, OnTurn: 1},
+			{Method: codexproto.ReqElicitation, OnTurn: 1},
+			{Method: codexproto.ReqUserInput, OnTurn: 1},
 		},
-	}, Options{
+	}, codexrpc.Options{
 		OnNotification: notes.add,
-		OnRequest: func(ctx context.Context, r *Request) (any, error) {
-			if r.Method == ReqUserInput {
-				var p UserInputParams
+		OnRequest: func(ctx context.Context, r *codexrpc.Request) (any, error) {
+			if r.Method == codexproto.ReqUserInput {
+				var p codexproto.UserInputParams
 				if err := json.Unmarshal(r.Params, &p); err != nil || len(p.Questions) == 0 {
 					return nil, fmt.Errorf("bad user input params %s: %v", r.Params, err)
 				}
-				return UserInputAnswer{Answers: map[string]UserAnswer{p.Questions[0].ID: {Answers: []string{"yes"}}}}, nil
+				return codexproto.UserInputAnswer{Answers: map[string]codexproto.UserAnswer{p.Questions[0].ID: {Answers: []string{"yes"}}}}, nil
 			}
 			if a, ok := answered[r.Method]; ok {
 				return a, nil
 			}
-			return nil, &WireError{Code: CodeMethodNotFound, Message: "unexpected " + r.Method}
+			return nil, &codexrpc.WireError{Code: codexrpc.CodeMethodNotFound, Message: "unexpected " + r.Method}
 		},
 	})
 	before := wire.snapshot()
-	cl := NewClient(c)
+	cl := codexproto.NewClient(c)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	must := func(what string, err error) {
@@ -323,50 +325,50 @@ func TestClientConformance(t *testing.T) {
 		}
 	}
 
-	_, err := cl.Initialize(ctx, ClientInfo{Name: "meshweaver", Title: "Meshweaver", Version: "1.2.3"})
+	_, err := cl.Initialize(ctx, codexproto.ClientInfo{Name: "meshweaver", Title: "Meshweaver", Version: "1.2.3"})
 	must("initialize", err)
-	th, err := cl.ThreadStart(ctx, ThreadStartParams{
-		Cwd: "/work/conformance", Sandbox: SandboxWorkspaceWrite, ApprovalPolicy: ApprovalUntrusted,
+	th, err := cl.ThreadStart(ctx, codexproto.ThreadStartParams{
+		Cwd: "/work/conformance", Sandbox: codexproto.SandboxWorkspaceWrite, ApprovalPolicy: codexproto.ApprovalUntrusted,
 		DeveloperInstructions: "be brief", Model: "mock-model",
 		Config: map[string]any{"model_reasoning_effort": "low"},
 	})
 	must("thread/start", err)
 	must("thread/name/set", cl.ThreadNameSet(ctx, th.Thread.ID, "named"))
-	_, err = cl.ThreadRead(ctx, ThreadReadParams{ThreadID: th.Thread.ID})
+	_, err = cl.ThreadRead(ctx, codexproto.ThreadReadParams{ThreadID: th.Thread.ID})
 	must("thread/read", err)
 
 	// Turn 1 asks all four server requests, then holds after its first delta.
-	turn, err := cl.TurnStart(ctx, TurnStartParams{
-		ThreadID: th.Thread.ID, Input: TextInput("hi"), Summary: "auto", Effort: "low",
+	turn, err := cl.TurnStart(ctx, codexproto.TurnStartParams{
+		ThreadID: th.Thread.ID, Input: codexproto.TextInput("hi"), Summary: "auto", Effort: "low",
 		ClientUserMessageID: "client-msg-1",
 	})
 	must("turn/start", err)
-	notes.wait(t, "the held first delta", isMethod(NoteAgentMessageDelta))
-	_, err = cl.TurnSteer(ctx, TurnSteerParams{
-		ThreadID: th.Thread.ID, ExpectedTurnID: turn.ID, Input: TextInput("more"), ClientUserMessageID: "client-msg-2",
+	notes.wait(t, "the held first delta", isMethod(codexproto.NoteAgentMessageDelta))
+	_, err = cl.TurnSteer(ctx, codexproto.TurnSteerParams{
+		ThreadID: th.Thread.ID, ExpectedTurnID: turn.ID, Input: codexproto.TextInput("more"), ClientUserMessageID: "client-msg-2",
 	})
 	must("turn/steer", err)
-	notes.wait(t, "turn 1 completed", isMethod(NoteTurnCompleted))
+	notes.wait(t, "turn 1 completed", isMethod(codexproto.NoteTurnCompleted))
 
-	turn2, err := cl.TurnStart(ctx, TurnStartParams{ThreadID: th.Thread.ID, Input: TextInput("again")})
+	turn2, err := cl.TurnStart(ctx, codexproto.TurnStartParams{ThreadID: th.Thread.ID, Input: codexproto.TextInput("again")})
 	must("turn/start 2", err)
-	notes.wait(t, "turn 2 first delta", func(n *Notification) bool {
-		return n.Method == NoteAgentMessageDelta && strings.Contains(string(n.Params), turn2.ID)
+	notes.wait(t, "turn 2 first delta", func(n *codexrpc.Notification) bool {
+		return n.Method == codexproto.NoteAgentMessageDelta && strings.Contains(string(n.Params), turn2.ID)
 	})
 	must("turn/interrupt", cl.TurnInterrupt(ctx, th.Thread.ID, turn2.ID))
 
-	_, err = cl.ThreadResume(ctx, ThreadResumeParams{
-		ThreadID: th.Thread.ID, Cwd: "/work/conformance", Sandbox: SandboxReadOnly,
-		ApprovalPolicy: ApprovalNever, ExcludeTurns: true,
+	_, err = cl.ThreadResume(ctx, codexproto.ThreadResumeParams{
+		ThreadID: th.Thread.ID, Cwd: "/work/conformance", Sandbox: codexproto.SandboxReadOnly,
+		ApprovalPolicy: codexproto.ApprovalNever, ExcludeTurns: true,
 	})
 	must("thread/resume", err)
-	_, err = cl.ModelList(ctx, ModelListParams{})
+	_, err = cl.ModelList(ctx, codexproto.ModelListParams{})
 	must("model/list", err)
 	_, err = cl.AccountRead(ctx)
 	must("account/read", err)
-	_, err = cl.LoginStart(ctx, LoginStartParams{Type: LoginAPIKey, APIKey: "sk-test-FAKE0000"})
+	_, err = cl.LoginStart(ctx, codexproto.LoginStartParams{Type: codexproto.LoginAPIKey, APIKey: "sk-test-FAKE0000"})
 	must("login apiKey", err)
-	dev, err := cl.LoginStart(ctx, LoginStartParams{Type: LoginDeviceCode})
+	dev, err := cl.LoginStart(ctx, codexproto.LoginStartParams{Type: codexproto.LoginDeviceCode})
 	must("login device code", err)
 	_, err = cl.LoginCancel(ctx, dev.LoginID)
 	must("login cancel", err)
@@ -377,11 +379,11 @@ func TestClientConformance(t *testing.T) {
 	after := wire.snapshot()
 	var missing []string
 	for _, key := range []string{
-		MethodInitialize, MethodInitialized, MethodThreadStart, MethodThreadResume, MethodThreadNameSet,
-		MethodThreadRead, MethodTurnStart, MethodTurnInterrupt, MethodTurnSteer, MethodModelList,
-		MethodAccountRead, MethodLoginStart, MethodLoginCancel, MethodLogout,
-		"answer:" + ReqCommandApproval, "answer:" + ReqFileChangeApproval,
-		"answer:" + ReqElicitation, "answer:" + ReqUserInput,
+		codexproto.MethodInitialize, codexproto.MethodInitialized, codexproto.MethodThreadStart, codexproto.MethodThreadResume, codexproto.MethodThreadNameSet,
+		codexproto.MethodThreadRead, codexproto.MethodTurnStart, codexproto.MethodTurnInterrupt, codexproto.MethodTurnSteer, codexproto.MethodModelList,
+		codexproto.MethodAccountRead, codexproto.MethodLoginStart, codexproto.MethodLoginCancel, codexproto.MethodLogout,
+		"answer:" + codexproto.ReqCommandApproval, "answer:" + codexproto.ReqFileChangeApproval,
+		"answer:" + codexproto.ReqElicitation, "answer:" + codexproto.ReqUserInput,
 	} {
 		if after[key] == before[key] {
 			missing = append(missing, key)

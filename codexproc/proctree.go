@@ -1,4 +1,4 @@
-package codexrpc
+package codexproc
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package codexrpc
+package codexproc
 
 import (
 	"bytes"
@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
@@ -39,14 +41,14 @@ const eventTimeout = 30 * time.Second
 // wait for one, without sleeping.
 type notes struct {
 	mu      sync.Mutex
-	all     []*Notification
+	all     []*codexrpc.Notification
 	changed chan struct{} // closed and replaced on every new notification
 }
 
 func newNotes() *notes { return &notes{changed: make(chan struct{})} }
 
 // add is an Options.OnNotification: it never blocks.
-func (n *notes) add(m *Notification) {
+func (n *notes) add(m *codexrpc.Notification) {
 	n.mu.Lock()
 	n.all = append(n.all, m)
 	close(n.changed)
@@ -54,15 +56,15 @@ func (n *notes) add(m *Notification) {
 	n.mu.Unlock()
 }
 
-func (n *notes) snapshot() []*Notification {
+func (n *notes) snapshot() []*codexrpc.Notification {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return append([]*Notification(nil), n.all...)
+	return append([]*codexrpc.Notification(nil), n.all...)
 }
 
 // wait returns the index and the first notification that matches, waiting
 // up to eventTimeout for it.
-func (n *notes) waitIdx(t testing.TB, what string, match func(*Notification) bool) (int, *Notification) {
+func (n *notes) waitIdx(t testing.TB, what string, match func(*codexrpc.Notification) bool) (int, *codexrpc.Notification) {
 	t.Helper()
 	deadline := time.NewTimer(eventTimeout)
 	defer deadline.Stop()
@@ -88,15 +90,15 @@ func (n *notes) waitIdx(t testing.TB, what string, match func(*Notification) boo
 	}
 }
 
-func (n *notes) wait(t testing.TB, what string, match func(*Notification) bool) *Notification {
+func (n *notes) wait(t testing.TB, what string, match func(*codexrpc.Notification) bool) *codexrpc.Notification {
 	t.Helper()
 	_, m := n.waitIdx(t, what, match)
 	return m
 }
 
 // all returns every notification that matches, in order.
-func (n *notes) filter(match func(*Notification) bool) []*Notification {
-	var out []*Notification
+func (n *notes) filter(match func(*codexrpc.Notification) bool) []*codexrpc.Notification {
+	var out []*codexrpc.Notification
 	for _, m := range n.snapshot() {
 		if match(m) {
 			out = append(out, m)
@@ -105,13 +107,13 @@ func (n *notes) filter(match func(*Notification) bool) []*Notification {
 	return out
 }
 
-func isMethod(method string) func(*Notification) bool {
-	return func(n *Notification) bool { return n.Method == method }
+func isMethod(method string) func(*codexrpc.Notification) bool {
+	return func(n *codexrpc.Notification) bool { return n.Method == method }
 }
 
 // forThread matches a method whose params carry threadId.
-func forThread(method, threadID string) func(*Notification) bool {
-	return func(n *Notification) bool {
+func forThread(method, threadID string) func(*codexrpc.Notification) bool {
+	return func(n *codexrpc.Notification) bool {
 		if n.Method != method {
 			return false
 		}
@@ -123,12 +125,12 @@ func forThread(method, threadID string) func(*Notification) bool {
 }
 
 // itemEvent matches item/started or item/completed of an item type in a thread.
-func itemEvent(method, threadID, itemType string) func(*Notification) bool {
-	return func(n *Notification) bool {
+func itemEvent(method, threadID, itemType string) func(*codexrpc.Notification) bool {
+	return func(n *codexrpc.Notification) bool {
 		if n.Method != method {
 			return false
 		}
-		var p ItemNotification
+		var p codexproto.ItemNotification
 		return json.Unmarshal(n.Params, &p) == nil && p.ThreadID == threadID && p.Item.Type == itemType
 	}
 }
@@ -204,12 +206,12 @@ type cli struct {
 	home   string
 	work   string // a workspace directory for thread cwd
 	proc   *Process
-	client *Client
+	client *codexproto.Client
 	notes  *notes
 }
 
 type cliOptions struct {
-	onRequest RequestHandler
+	onRequest codexrpc.RequestHandler
 	env       []string // extra environment (KEY=VALUE)
 	// home, when set, is used as CODEX_HOME as it is (it may not exist yet),
 	// and the mock provider is selected with -c overrides instead of a
@@ -248,7 +250,7 @@ func startCLI(t *testing.T, o cliOptions) *cli {
 		Binary:    bin,
 		Logger:    testLogger(t),
 		StopGrace: o.stopGrace,
-		Conn:      traced(t, Options{OnNotification: c.notes.add, OnRequest: o.onRequest}),
+		Conn:      traced(t, codexrpc.Options{OnNotification: c.notes.add, OnRequest: o.onRequest}),
 	}
 	if cfg.StopGrace == 0 {
 		cfg.StopGrace = time.Second
@@ -272,10 +274,10 @@ func startCLI(t *testing.T, o cliOptions) *cli {
 	}
 	c.proc = p
 	stopOnCleanup(t, p)
-	c.client = NewClient(p.Conn())
+	c.client = codexproto.NewClient(p.Conn())
 	ctx, cancel := context.WithTimeout(context.Background(), eventTimeout)
 	defer cancel()
-	if _, err := c.client.Initialize(ctx, ClientInfo{Name: "meshweaver-test", Version: "0.0.1"}); err != nil {
+	if _, err := c.client.Initialize(ctx, codexproto.ClientInfo{Name: "meshweaver-test", Version: "0.0.1"}); err != nil {
 		t.Fatalf("initialize: %v", err)
 	}
 	return c
@@ -286,7 +288,7 @@ func (c *cli) ctx() context.Context { return ctxFor(c.t) }
 // thread starts a thread in the workspace.
 func (c *cli) thread(approval, sandbox string) string {
 	c.t.Helper()
-	res, err := c.client.ThreadStart(c.ctx(), ThreadStartParams{Cwd: c.work, ApprovalPolicy: approval, Sandbox: sandbox})
+	res, err := c.client.ThreadStart(c.ctx(), codexproto.ThreadStartParams{Cwd: c.work, ApprovalPolicy: approval, Sandbox: sandbox})
 	if err != nil {
 		c.t.Fatalf("thread/start: %v", err)
 	}
@@ -297,19 +299,19 @@ func (c *cli) thread(approval, sandbox string) string {
 }
 
 // turn starts a turn and waits for its turn/completed.
-func (c *cli) turn(threadID, text string) (Turn, TurnNotification) {
+func (c *cli) turn(threadID, text string) (codexproto.Turn, codexproto.TurnNotification) {
 	c.t.Helper()
-	turn, err := c.client.TurnStart(c.ctx(), TurnStartParams{ThreadID: threadID, Input: TextInput(text), Summary: "auto"})
+	turn, err := c.client.TurnStart(c.ctx(), codexproto.TurnStartParams{ThreadID: threadID, Input: codexproto.TextInput(text), Summary: "auto"})
 	if err != nil {
 		c.t.Fatalf("turn/start: %v", err)
 	}
-	if turn.ID == "" || turn.Status != TurnInProgress {
+	if turn.ID == "" || turn.Status != codexproto.TurnInProgress {
 		c.t.Fatalf("turn/start answered %+v, want an inProgress turn", turn)
 	}
-	done := c.notes.wait(c.t, "turn/completed of "+turn.ID, func(n *Notification) bool {
-		return n.Method == NoteTurnCompleted && decode[TurnNotification](c.t, n.Params).Turn.ID == turn.ID
+	done := c.notes.wait(c.t, "turn/completed of "+turn.ID, func(n *codexrpc.Notification) bool {
+		return n.Method == codexproto.NoteTurnCompleted && decode[codexproto.TurnNotification](c.t, n.Params).Turn.ID == turn.ID
 	})
-	return turn, decode[TurnNotification](c.t, done.Params)
+	return turn, decode[codexproto.TurnNotification](c.t, done.Params)
 }
 
 // ---- the tests ----
@@ -318,15 +320,15 @@ func TestRealCLITextTurn(t *testing.T) {
 	c := startCLI(t, cliOptions{})
 	deltas := []string{"Hel", "lo", ", ", "wor", "ld", "!"}
 	c.mock.Enqueue(mockmodel.Respond(mockmodel.Message(deltas...).WithID("msg-1")))
-	th := c.thread(ApprovalNever, SandboxReadOnly)
+	th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly)
 	turn, done := c.turn(th, "say hello")
 
-	if done.Turn.Status != TurnCompleted || done.Turn.Error != nil {
+	if done.Turn.Status != codexproto.TurnCompleted || done.Turn.Error != nil {
 		t.Fatalf("turn/completed = %+v, want completed without error", done.Turn)
 	}
 	var got []string
-	for _, n := range c.notes.filter(forThread(NoteAgentMessageDelta, th)) {
-		d := decode[Delta](t, n.Params)
+	for _, n := range c.notes.filter(forThread(codexproto.NoteAgentMessageDelta, th)) {
+		d := decode[codexproto.Delta](t, n.Params)
 		if d.TurnID != turn.ID || d.ItemID != "msg-1" {
 			t.Errorf("delta %+v: want turn %s item msg-1", d, turn.ID)
 		}
@@ -336,15 +338,15 @@ func TestRealCLITextTurn(t *testing.T) {
 		t.Errorf("deltas = %q, want %q in order", got, deltas)
 	}
 	// Order: turn/started, item/started agentMessage, deltas, item/completed, turn/completed.
-	iStarted, _ := c.notes.waitIdx(t, "turn/started", forThread(NoteTurnStarted, th))
-	iItem, _ := c.notes.waitIdx(t, "agentMessage started", itemEvent(NoteItemStarted, th, ItemAgentMessage))
-	iDelta, _ := c.notes.waitIdx(t, "first delta", forThread(NoteAgentMessageDelta, th))
-	iDone, item := c.notes.waitIdx(t, "agentMessage completed", itemEvent(NoteItemCompleted, th, ItemAgentMessage))
-	iTurn, _ := c.notes.waitIdx(t, "turn/completed", forThread(NoteTurnCompleted, th))
+	iStarted, _ := c.notes.waitIdx(t, "turn/started", forThread(codexproto.NoteTurnStarted, th))
+	iItem, _ := c.notes.waitIdx(t, "agentMessage started", itemEvent(codexproto.NoteItemStarted, th, codexproto.ItemAgentMessage))
+	iDelta, _ := c.notes.waitIdx(t, "first delta", forThread(codexproto.NoteAgentMessageDelta, th))
+	iDone, item := c.notes.waitIdx(t, "agentMessage completed", itemEvent(codexproto.NoteItemCompleted, th, codexproto.ItemAgentMessage))
+	iTurn, _ := c.notes.waitIdx(t, "turn/completed", forThread(codexproto.NoteTurnCompleted, th))
 	if !(iStarted < iItem && iItem < iDelta && iDelta < iDone && iDone < iTurn) {
 		t.Errorf("order: turn/started %d, item/started %d, delta %d, item/completed %d, turn/completed %d", iStarted, iItem, iDelta, iDone, iTurn)
 	}
-	if text := decode[ItemNotification](t, item.Params).Item.Text; text != "Hello, world!" {
+	if text := decode[codexproto.ItemNotification](t, item.Params).Item.Text; text != "Hello, world!" {
 		t.Errorf("completed text = %q", text)
 	}
 	if reqs := c.mock.Requests(); len(reqs) != 1 || reqs[0].LastUserText() != "say hello" {
@@ -358,15 +360,15 @@ func TestRealCLIReasoningTurn(t *testing.T) {
 		mockmodel.Reasoning("Think ", "hard").WithRaw("raw ", "thought").WithID("rs-1"),
 		mockmodel.Message("done"),
 	))
-	th := c.thread(ApprovalNever, SandboxReadOnly)
+	th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly)
 	_, done := c.turn(th, "think")
-	if done.Turn.Status != TurnCompleted {
+	if done.Turn.Status != codexproto.TurnCompleted {
 		t.Fatalf("turn = %+v", done.Turn)
 	}
 	join := func(method string) string {
 		var b strings.Builder
 		for _, n := range c.notes.filter(forThread(method, th)) {
-			d := decode[Delta](t, n.Params)
+			d := decode[codexproto.Delta](t, n.Params)
 			if d.ItemID != "rs-1" {
 				t.Errorf("%s for item %q, want rs-1", method, d.ItemID)
 			}
@@ -374,13 +376,13 @@ func TestRealCLIReasoningTurn(t *testing.T) {
 		}
 		return b.String()
 	}
-	if got := join(NoteReasoningSummary); got != "Think hard" {
+	if got := join(codexproto.NoteReasoningSummary); got != "Think hard" {
 		t.Errorf("summaryTextDelta = %q, want %q", got, "Think hard")
 	}
-	if got := join(NoteReasoningText); got != "raw thought" {
+	if got := join(codexproto.NoteReasoningText); got != "raw thought" {
 		t.Errorf("textDelta = %q, want %q", got, "raw thought")
 	}
-	item := decode[ItemNotification](t, c.notes.wait(t, "reasoning completed", itemEvent(NoteItemCompleted, th, ItemReasoning)).Params).Item
+	item := decode[codexproto.ItemNotification](t, c.notes.wait(t, "reasoning completed", itemEvent(codexproto.NoteItemCompleted, th, codexproto.ItemReasoning)).Params).Item
 	if strings.Join(item.Summary, "|") != "Think hard" || strings.Join(item.ReasoningContent(), "|") != "raw thought" {
 		t.Errorf("reasoning item: summary %q content %q", item.Summary, item.ReasoningContent())
 	}
@@ -406,23 +408,23 @@ func TestRealCLIExecCommand(t *testing.T) {
 		mockmodel.Respond(execCall("call-fail", "echo to-stderr >&2; exit 3")),
 		mockmodel.Text("ran ", "both"),
 	)
-	th := c.thread(ApprovalNever, sandboxFullAccess)
+	th := c.thread(codexproto.ApprovalNever, sandboxFullAccess)
 	_, done := c.turn(th, "run commands")
-	if done.Turn.Status != TurnCompleted {
+	if done.Turn.Status != codexproto.TurnCompleted {
 		t.Fatalf("turn = %+v", done.Turn)
 	}
-	items := map[string][2]*Item{} // id → started, completed
+	items := map[string][2]*codexproto.Item{} // id → started, completed
 	for _, n := range c.notes.snapshot() {
-		if n.Method != NoteItemStarted && n.Method != NoteItemCompleted {
+		if n.Method != codexproto.NoteItemStarted && n.Method != codexproto.NoteItemCompleted {
 			continue
 		}
-		p := decode[ItemNotification](t, n.Params)
-		if p.Item.Type != ItemCommandExecution {
+		p := decode[codexproto.ItemNotification](t, n.Params)
+		if p.Item.Type != codexproto.ItemCommandExecution {
 			continue
 		}
 		pair := items[p.Item.ID]
 		it := p.Item
-		if n.Method == NoteItemStarted {
+		if n.Method == codexproto.NoteItemStarted {
 			pair[0] = &it
 		} else {
 			pair[1] = &it
@@ -464,12 +466,12 @@ func TestRealCLIExecCommand(t *testing.T) {
 
 func TestRealCLIApprovals(t *testing.T) {
 	var mu sync.Mutex
-	var asked []ApprovalParams
-	c := startCLI(t, cliOptions{onRequest: func(ctx context.Context, r *Request) (any, error) {
-		if r.Method != ReqCommandApproval {
-			return nil, &WireError{Code: CodeMethodNotFound, Message: "unexpected " + r.Method}
+	var asked []codexproto.ApprovalParams
+	c := startCLI(t, cliOptions{onRequest: func(ctx context.Context, r *codexrpc.Request) (any, error) {
+		if r.Method != codexproto.ReqCommandApproval {
+			return nil, &codexrpc.WireError{Code: codexrpc.CodeMethodNotFound, Message: "unexpected " + r.Method}
 		}
-		var p ApprovalParams
+		var p codexproto.ApprovalParams
 		if err := json.Unmarshal(r.Params, &p); err != nil {
 			return nil, err
 		}
@@ -477,20 +479,20 @@ func TestRealCLIApprovals(t *testing.T) {
 		asked = append(asked, p)
 		mu.Unlock()
 		if p.ItemID == "call-accept" {
-			return ApprovalAnswer{Decision: DecisionAccept}, nil
+			return codexproto.ApprovalAnswer{Decision: codexproto.DecisionAccept}, nil
 		}
-		return ApprovalAnswer{Decision: DecisionDecline}, nil
+		return codexproto.ApprovalAnswer{Decision: codexproto.DecisionDecline}, nil
 	}})
-	th := c.thread(ApprovalUntrusted, SandboxWorkspaceWrite)
+	th := c.thread(codexproto.ApprovalUntrusted, codexproto.SandboxWorkspaceWrite)
 
 	c.mock.Enqueue(mockmodel.Respond(execCall("call-accept", "touch approved.txt")), mockmodel.Text("accepted"))
 	_, done := c.turn(th, "needs approval 1")
-	if done.Turn.Status != TurnCompleted {
+	if done.Turn.Status != codexproto.TurnCompleted {
 		t.Fatalf("accept turn = %+v", done.Turn)
 	}
 	c.mock.Enqueue(mockmodel.Respond(execCall("call-decline", "touch declined.txt")), mockmodel.Text("declined"))
 	_, done = c.turn(th, "needs approval 2")
-	if done.Turn.Status != TurnCompleted {
+	if done.Turn.Status != codexproto.TurnCompleted {
 		t.Fatalf("decline turn = %+v", done.Turn)
 	}
 
@@ -505,9 +507,9 @@ func TestRealCLIApprovals(t *testing.T) {
 	}
 	mu.Unlock()
 
-	completed := map[string]Item{}
-	for _, n := range c.notes.filter(itemEvent(NoteItemCompleted, th, ItemCommandExecution)) {
-		it := decode[ItemNotification](t, n.Params).Item
+	completed := map[string]codexproto.Item{}
+	for _, n := range c.notes.filter(itemEvent(codexproto.NoteItemCompleted, th, codexproto.ItemCommandExecution)) {
+		it := decode[codexproto.ItemNotification](t, n.Params).Item
 		completed[it.ID] = it
 	}
 	if it := completed["call-accept"]; it.Status != "completed" || it.ExitCode == nil || *it.ExitCode != 0 {
@@ -522,7 +524,7 @@ func TestRealCLIApprovals(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(c.work, "declined.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("declined command ran: %v", err)
 	}
-	if n := len(c.notes.filter(isMethod(NoteServerRequestSolved))); n != 2 {
+	if n := len(c.notes.filter(isMethod(codexproto.NoteServerRequestSolved))); n != 2 {
 		t.Errorf("serverRequest/resolved seen %d times, want 2", n)
 	}
 }
@@ -542,10 +544,10 @@ func TestRealCLIFailedTurns(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c.t = t
-			th := c.thread(ApprovalNever, SandboxReadOnly) // a fresh thread each: a failure can change the next turn
+			th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly) // a fresh thread each: a failure can change the next turn
 			c.mock.Enqueue(tc.script)
 			_, done := c.turn(th, "fail please")
-			if done.Turn.Status != TurnFailed || done.Turn.Error == nil {
+			if done.Turn.Status != codexproto.TurnFailed || done.Turn.Error == nil {
 				t.Fatalf("turn/completed = %+v, want failed with an error", done.Turn)
 			}
 			info := compactJSON(t, done.Turn.Error.CodexErrorInfo)
@@ -556,7 +558,7 @@ func TestRealCLIFailedTurns(t *testing.T) {
 				t.Error("failed turn has no error message")
 			}
 			// The error notification came first, final, with the same error.
-			en := decode[ErrorNotification](t, c.notes.wait(t, "error notification", forThread(NoteError, th)).Params)
+			en := decode[codexproto.ErrorNotification](t, c.notes.wait(t, "error notification", forThread(codexproto.NoteError, th)).Params)
 			if en.WillRetry || compactJSON(t, en.Error.CodexErrorInfo) != info || en.Error.Message != done.Turn.Error.Message {
 				t.Errorf("error notification = %+v, want willRetry false and the turn's error", en)
 			}
@@ -601,29 +603,29 @@ func uuidV7(t testing.TB) string {
 func TestRealCLIResumeErrors(t *testing.T) {
 	c := startCLI(t, cliOptions{})
 	id := uuidV7(t)
-	_, err := c.client.ThreadResume(c.ctx(), ThreadResumeParams{ThreadID: id})
-	if got := Classify(err); got != ClassNoRollout {
-		t.Errorf("resume of unknown %s: class %v (%v), want %v", id, got, err, ClassNoRollout)
+	_, err := c.client.ThreadResume(c.ctx(), codexproto.ThreadResumeParams{ThreadID: id})
+	if got := codexrpc.Classify(err); got != codexrpc.ClassNoRollout {
+		t.Errorf("resume of unknown %s: class %v (%v), want %v", id, got, err, codexrpc.ClassNoRollout)
 	}
-	var we *WireError
-	if !errors.As(err, &we) || we.Code != CodeInvalidRequest || !strings.Contains(we.Message, id) {
+	var we *codexrpc.WireError
+	if !errors.As(err, &we) || we.Code != codexrpc.CodeInvalidRequest || !strings.Contains(we.Message, id) {
 		t.Errorf("resume of unknown id: %v, want a -32600 naming the id", err)
 	}
-	_, err = c.client.ThreadResume(c.ctx(), ThreadResumeParams{ThreadID: "not-a-uuid"})
-	if got := Classify(err); got != ClassInvalidSessionID {
-		t.Errorf("resume of not-a-uuid: class %v (%v), want %v", got, err, ClassInvalidSessionID)
+	_, err = c.client.ThreadResume(c.ctx(), codexproto.ThreadResumeParams{ThreadID: "not-a-uuid"})
+	if got := codexrpc.Classify(err); got != codexrpc.ClassInvalidSessionID {
+		t.Errorf("resume of not-a-uuid: class %v (%v), want %v", got, err, codexrpc.ClassInvalidSessionID)
 	}
 	// turn/start on an unknown thread is ClassThreadNotFound.
-	_, err = c.client.TurnStart(c.ctx(), TurnStartParams{ThreadID: id, Input: TextInput("x")})
-	if got := Classify(err); got != ClassThreadNotFound {
-		t.Errorf("turn/start on unknown thread: class %v (%v), want %v", got, err, ClassThreadNotFound)
+	_, err = c.client.TurnStart(c.ctx(), codexproto.TurnStartParams{ThreadID: id, Input: codexproto.TextInput("x")})
+	if got := codexrpc.Classify(err); got != codexrpc.ClassThreadNotFound {
+		t.Errorf("turn/start on unknown thread: class %v (%v), want %v", got, err, codexrpc.ClassThreadNotFound)
 	}
 }
 
 func TestRealCLIVersion(t *testing.T) {
 	c := startCLI(t, cliOptions{})
 	// The pin (0.169.0) lives in scripts/install-codex and schema.PinnedVersion.
-	want, err := ParseUserAgent("pin/" + schema.PinnedVersion)
+	want, err := codexproto.ParseUserAgent("pin/" + schema.PinnedVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -631,7 +633,7 @@ func TestRealCLIVersion(t *testing.T) {
 		t.Errorf("version = %v, want the pinned %v", got, want)
 	}
 	if !c.client.Version.SupportsAdditionalContext() {
-		t.Errorf("%v should support additionalContext (since %v)", c.client.Version, AdditionalContextSince)
+		t.Errorf("%v should support additionalContext (since %v)", c.client.Version, codexproto.AdditionalContextSince)
 	}
 }
 
@@ -647,7 +649,7 @@ func TestRealCLIMissingHomeCreated(t *testing.T) {
 	}
 	// The CLI uses it: a turn through the -c overrides works.
 	c.mock.Enqueue(mockmodel.Text("ok"))
-	if _, done := c.turn(c.thread(ApprovalNever, SandboxReadOnly), "hi"); done.Turn.Status != TurnCompleted {
+	if _, done := c.turn(c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly), "hi"); done.Turn.Status != codexproto.TurnCompleted {
 		t.Errorf("turn = %+v", done.Turn)
 	}
 }
@@ -726,7 +728,7 @@ func pendingLogin(t *testing.T, stopGrace time.Duration) (*cli, <-chan error) {
 	c := startCLI(t, cliOptions{env: []string{"CODEX_APP_SERVER_LOGIN_ISSUER=" + issuer}, stopGrace: stopGrace})
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.client.LoginStart(context.Background(), LoginStartParams{Type: LoginDeviceCode})
+		_, err := c.client.LoginStart(context.Background(), codexproto.LoginStartParams{Type: codexproto.LoginDeviceCode})
 		done <- err
 	}()
 	select {
@@ -758,17 +760,17 @@ func TestRealCLIKilledMidCall(t *testing.T) {
 	if d := time.Since(killed); d > time.Second {
 		t.Errorf("the pending call failed %v after the kill, want within 1s", d)
 	}
-	var ee *ExitError
+	var ee *codexrpc.ExitError
 	if !errors.As(err, &ee) {
 		t.Fatalf("err = %v (%T), want *ExitError", err, err)
 	}
-	if ee.Method != MethodLoginStart || ee.Exit.Signal != "SIGKILL" || !ee.Exit.Known {
-		t.Errorf("ExitError = %+v, want method %s and signal SIGKILL", ee, MethodLoginStart)
+	if ee.Method != codexproto.MethodLoginStart || ee.Exit.Signal != "SIGKILL" || !ee.Exit.Known {
+		t.Errorf("ExitError = %+v, want method %s and signal SIGKILL", ee, codexproto.MethodLoginStart)
 	}
-	if !strings.Contains(err.Error(), "killed by signal SIGKILL while awaiting "+MethodLoginStart) {
+	if !strings.Contains(err.Error(), "killed by signal SIGKILL while awaiting "+codexproto.MethodLoginStart) {
 		t.Errorf("error text = %q", err)
 	}
-	if errors.Is(err, ErrClosed) {
+	if errors.Is(err, codexrpc.ErrClosed) {
 		t.Error("an unexpected death must not look like ErrClosed")
 	}
 	// Kill cleans up like Stop; then nothing of the process is left.
@@ -809,10 +811,10 @@ func TestRealCLIStopMidCallIsQuiet(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, codexrpc.ErrClosed) {
 			t.Errorf("pending call after Stop: %v, want ErrClosed", err)
 		}
-		var ee *ExitError
+		var ee *codexrpc.ExitError
 		if errors.As(err, &ee) {
 			t.Errorf("a stop must not report an exit error: %v", err)
 		}
@@ -820,10 +822,10 @@ func TestRealCLIStopMidCallIsQuiet(t *testing.T) {
 		t.Fatal("the pending call never returned")
 	}
 	requireGroupGone(t, c.proc.PID())
-	if err := c.proc.Conn().Call(context.Background(), MethodAccountRead, nil, nil); !errors.Is(err, ErrClosed) {
+	if err := c.proc.Conn().Call(context.Background(), codexproto.MethodAccountRead, nil, nil); !errors.Is(err, codexrpc.ErrClosed) {
 		t.Errorf("call after Stop: %v, want ErrClosed", err)
 	}
-	if !errors.Is(c.proc.Conn().Err(), ErrClosed) {
+	if !errors.Is(c.proc.Conn().Err(), codexrpc.ErrClosed) {
 		t.Errorf("Conn.Err() = %v, want ErrClosed", c.proc.Conn().Err())
 	}
 }
@@ -836,38 +838,38 @@ func TestRealCLITurnStartDuringTurnSteers(t *testing.T) {
 	// interrupted, whatever the CLI re-requests in between.
 	hang := mockmodel.Respond(mockmodel.Message("thinking")).Hang()
 	c.mock.Enqueue(hang, hang)
-	th := c.thread(ApprovalNever, SandboxReadOnly)
-	first, err := c.client.TurnStart(c.ctx(), TurnStartParams{ThreadID: th, Input: TextInput("first")})
+	th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly)
+	first, err := c.client.TurnStart(c.ctx(), codexproto.TurnStartParams{ThreadID: th, Input: codexproto.TextInput("first")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.mock.WaitRequests(c.ctx(), 1); err != nil {
 		t.Fatal(err)
 	}
-	second, err := c.client.TurnStart(c.ctx(), TurnStartParams{ThreadID: th, Input: TextInput("second")})
+	second, err := c.client.TurnStart(c.ctx(), codexproto.TurnStartParams{ThreadID: th, Input: codexproto.TextInput("second")})
 	if err != nil {
 		t.Fatalf("turn/start during a turn: %v", err)
 	}
 	if second.ID != first.ID {
 		t.Errorf("second turn/start answered turn %s, want the running %s", second.ID, first.ID)
 	}
-	msg := c.notes.wait(t, "the second user message", func(n *Notification) bool {
-		if !itemEvent(NoteItemStarted, th, ItemUserMessage)(n) {
+	msg := c.notes.wait(t, "the second user message", func(n *codexrpc.Notification) bool {
+		if !itemEvent(codexproto.NoteItemStarted, th, codexproto.ItemUserMessage)(n) {
 			return false
 		}
 		return strings.Contains(string(n.Params), `"second"`)
 	})
-	if got := decode[ItemNotification](t, msg.Params).TurnID; got != first.ID {
+	if got := decode[codexproto.ItemNotification](t, msg.Params).TurnID; got != first.ID {
 		t.Errorf("the second input landed in turn %s, want %s", got, first.ID)
 	}
 	if err := c.client.TurnInterrupt(c.ctx(), th, first.ID); err != nil {
 		t.Fatalf("turn/interrupt: %v", err)
 	}
-	done := decode[TurnNotification](t, c.notes.wait(t, "turn/completed", forThread(NoteTurnCompleted, th)).Params)
-	if done.Turn.ID != first.ID || done.Turn.Status != TurnInterrupted {
+	done := decode[codexproto.TurnNotification](t, c.notes.wait(t, "turn/completed", forThread(codexproto.NoteTurnCompleted, th)).Params)
+	if done.Turn.ID != first.ID || done.Turn.Status != codexproto.TurnInterrupted {
 		t.Errorf("turn/completed = %+v, want %s interrupted", done.Turn, first.ID)
 	}
-	if n := len(c.notes.filter(forThread(NoteTurnStarted, th))); n != 1 {
+	if n := len(c.notes.filter(forThread(codexproto.NoteTurnStarted, th))); n != 1 {
 		t.Errorf("turn/started %d times, want 1", n)
 	}
 }
@@ -876,7 +878,7 @@ func TestRealCLITurnStartDuringTurnSteers(t *testing.T) {
 // which Start sets to CODEX_HOME unless Config.Dir says otherwise.
 func TestRealCLIRelativeCwd(t *testing.T) {
 	c := startCLI(t, cliOptions{})
-	res, err := c.client.ThreadStart(c.ctx(), ThreadStartParams{Cwd: "rel/dir", ApprovalPolicy: ApprovalNever, Sandbox: SandboxReadOnly})
+	res, err := c.client.ThreadStart(c.ctx(), codexproto.ThreadStartParams{Cwd: "rel/dir", ApprovalPolicy: codexproto.ApprovalNever, Sandbox: codexproto.SandboxReadOnly})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package codexrpc
+package codexproto
 
 import "encoding/json"
 

@@ -1,0 +1,378 @@
+package actors
+
+// The app-server actor's process: start (after a backoff), exit, eviction,
+// a hung process's kill, the key check before commands run, and the stop
+// of everything at the end.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/procs"
+	"github.com/meshweaver/supervisor/store"
+)
+
+// crashed counts an unexpected death; past the limit the user cools down.
+func (a *appServerActor) crashed() {
+	a.restartNext = true
+	if a.restarts.crashed(time.Now()) {
+		until, _ := a.restarts.cooling(time.Now())
+		a.log.Error("codex app-server keeps dying; the user is unavailable for a cool-down",
+			"limit", a.cfg.RestartLimit, "window", a.cfg.RestartWindow, "until", until)
+	}
+}
+
+// backoff is the jittered exponential wait before a restart (see
+// restartPolicy.backoff).
+func (a *appServerActor) backoff() time.Duration {
+	return a.restarts.backoff(time.Now(), func(k time.Duration) time.Duration { return rand.N(k + 1) })
+}
+
+// start begins a start attempt, after the backoff if crashes are recent.
+func (a *appServerActor) start() {
+	a.gen++
+	a.starting = true
+	if d := a.backoff(); d > 0 {
+		a.log.Info("restarting codex app-server after a backoff", "delay", d)
+		engine, self, gen := a.engine, a.self, a.gen
+		a.delay = time.AfterFunc(d, func() { engine.Send(self, startNow{gen: gen}) })
+		return
+	}
+	a.launch()
+}
+
+// launch starts a process on a goroutine: exec and initialize take tens of
+// milliseconds, and Receive never blocks.
+func (a *appServerActor) launch() {
+	gen := a.gen
+	engine, self := a.engine, a.self
+	cfg := codexproc.Config{
+		Binary:    a.cfg.CodexBin,
+		Args:      a.cfg.CodexArgs,
+		Home:      a.home,
+		Dir:       a.cfg.Workspace,
+		Overrides: a.cfg.Overrides,
+		Env:       codexproc.AllowedEnv(environ(), a.cfg.CodexEnv),
+		Logger:    a.log,
+		Redactor:  a.redact,
+		StopGrace: a.cfg.StopGrace,
+		Conn: codexrpc.Options{
+			Logger: a.log,
+			OnNotification: func(n *codexrpc.Notification) {
+				engine.Send(self, codexNote{gen: gen, note: n})
+			},
+			OnRequest: func(ctx context.Context, r *codexrpc.Request) (any, error) {
+				reply := make(chan serverAnswer, 2) // a wait, then the answer
+				engine.Send(self, codexServerRequest{gen: gen, req: r, reply: reply})
+				t := time.NewTimer(10 * time.Second)
+				defer t.Stop()
+			wait:
+				select {
+				case ans := <-reply:
+					if ans.wait > 0 { // put to the round's caller
+						t.Reset(ans.wait)
+						goto wait
+					}
+					return ans.result, ans.err
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				// Never leave the CLI waiting: decline what could not be decided.
+				return declineAnswer(r.Method)
+			},
+		},
+	}
+	record := ProcRecordPath(a.home)
+	// The stored API key is redacted from everything the process says,
+	// before it can say anything.
+	if key, ok, err := a.creds.APIKey(); err == nil && ok {
+		a.redact.Add(key)
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		// A process a killed daemon left behind for this home goes first.
+		if reaped, err := procs.ReapRecord(record, a.cfg.StopGrace); err != nil {
+			a.log.Warn("reaping a leftover app-server", "err", err)
+		} else if reaped {
+			a.log.Warn("ended an app-server a previous daemon left running")
+		}
+		if iso := a.cfg.Isolation; iso != nil {
+			// Its uid, its home's owner and modes, its sandbox: before the
+			// start, on this goroutine (a first allocation chowns a home).
+			bin, err := codexproc.ResolveBinary(cfg.Binary)
+			if err == nil {
+				cfg.Binary = bin
+			}
+			l, err := iso.Prepare(a.home, cfg.Binary)
+			if err != nil {
+				engine.Send(self, codexStartFailed{gen: gen, err: fmt.Errorf("starting codex: %w", err)})
+				return
+			}
+			cfg.Wrapper, cfg.Credential = l.Wrapper, l.Credential
+			cfg.Env = setEnv(cfg.Env, l.Env)
+			if l.Wrapper != nil {
+				cfg.Dir = "/" // bubblewrap changes into the workspace itself
+			}
+		}
+		p, err := codexproc.Start(cfg)
+		if err != nil {
+			engine.Send(self, codexStartFailed{gen: gen, err: err})
+			return
+		}
+		a.mu.Lock()
+		if a.down {
+			a.mu.Unlock()
+			a.stopProc(p)
+			return
+		}
+		a.live[p] = struct{}{}
+		a.wg.Add(1)
+		a.mu.Unlock()
+		go a.watch(gen, p, record)
+		if st, err := procs.StartTime(p.PID()); err == nil {
+			exe := cfg.Binary
+			if len(cfg.Wrapper) > 0 {
+				exe = cfg.Wrapper[0] // the pid is bubblewrap's
+			}
+			if err := store.WriteProcRecord(record, store.ProcRecord{PID: p.PID(), StartTime: st, Exe: exe}); err != nil {
+				a.log.Warn("recording the app-server's pid", "err", err)
+			}
+		}
+
+		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.CallTimeout)
+		defer cancel()
+		client := codexproto.NewClient(p.Conn())
+		if _, err := client.Initialize(ctx, codexproto.ClientInfo{Name: a.cfg.ClientName, Version: Version}); err != nil {
+			a.stopProc(p)
+			engine.Send(self, codexStartFailed{gen: gen, err: fmt.Errorf("initializing codex: %w", err)})
+			return
+		}
+		engine.Send(self, codexStarted{gen: gen, proc: p, version: client.Version})
+	}()
+}
+
+// watch reports the process's end once its output is drained, so the error
+// carries the exit status and the stderr tail, and drops its pid record.
+func (a *appServerActor) watch(gen uint64, p appProcess, record string) {
+	defer a.wg.Done()
+	<-p.Exited()
+	<-p.Conn().Done()
+	a.mu.Lock()
+	delete(a.live, p)
+	a.mu.Unlock()
+	if rec, err := store.ReadProcRecord(record); err == nil && rec.PID == p.PID() {
+		_ = os.Remove(record)
+	}
+	a.engine.Send(a.self, codexExited{gen: gen, err: p.Conn().Err()})
+}
+
+func (a *appServerActor) started(m codexStarted) {
+	if m.gen != a.gen {
+		a.goStop(m.proc)
+		return
+	}
+	a.starting = false
+	select {
+	case <-m.proc.Exited():
+		// It died between initialize and this message; its exit report
+		// came first and was set aside (no process yet), so report it here.
+		a.crashed()
+		a.log.Warn("codex app-server died while starting", "exit", m.proc.ExitStatus().String())
+		a.failQueue(fmt.Errorf("codex app-server %s while starting", m.proc.ExitStatus()))
+		a.goStop(m.proc)
+		return
+	default:
+	}
+	a.proc = m.proc
+	a.lastHeard = time.Now()
+	a.cfg.Metrics.Starts.Inc()
+	if a.restartNext {
+		a.cfg.Metrics.Restarts.Inc()
+		a.restartNext = false
+	}
+	a.log.Info("codex app-server ready", "pid", m.proc.PID(), "version", m.version.String())
+	a.lastUse = time.Now()
+	a.engine.Send(a.parent, appServerLive{live: true})
+	a.checkKey()
+	if a.keying == 0 {
+		a.flushQueue()
+	}
+	a.report(true)
+}
+
+func (a *appServerActor) exited(m codexExited) {
+	// Before the start reported, its goroutine reports the failure itself.
+	if m.gen != a.gen || a.proc == nil {
+		return
+	}
+	err := m.err
+	if err == nil {
+		err = errors.New("codex app-server ended")
+	}
+	if !errors.Is(err, codexrpc.ErrClosed) {
+		a.log.Warn("codex app-server died", "err", err)
+		a.cfg.Metrics.Deaths.Inc()
+		a.crashed()
+	}
+	a.lose(err)
+	a.restartForQueue()
+}
+
+// restartForQueue starts a fresh process for the commands still queued
+// when the process went (they waited for its key check and never ran on
+// it), unless the user cools down.
+func (a *appServerActor) restartForQueue() {
+	if len(a.queue) == 0 || a.starting {
+		return
+	}
+	if err := a.coolingErr(); err != nil {
+		a.failQueue(err)
+		return
+	}
+	a.start()
+}
+
+// coolingErr says why no start is tried now, or nil.
+func (a *appServerActor) coolingErr() error {
+	until, ok := a.restarts.cooling(time.Now())
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("%w: it died %d times within %v; cooling down until %s",
+		ErrUnavailable, a.cfg.RestartLimit, a.cfg.RestartWindow, until.Format(time.TimeOnly))
+}
+
+// evict stops an idle process. Its generation ends here, so its exit is
+// not a crash; the next command starts a fresh one and rounds resume.
+func (a *appServerActor) evict(why string) {
+	a.log.Info("stopping an idle codex app-server", "pid", a.proc.PID(), "why", why)
+	p := a.proc
+	a.drop(errors.New("codex app-server stopped: " + why))
+	a.goStop(p)
+}
+
+// drop ends the current process's generation: every round and the login
+// that use it hear lost, and nothing it still says reaches anyone. The
+// caller stops the process.
+func (a *appServerActor) drop(lost error) {
+	a.gen++
+	a.lose(lost)
+	a.restartForQueue()
+}
+
+// lose tells everyone who used the process that it is gone: subscribed
+// rounds and the pinned login hear lost, calls in flight end with it, and
+// the threads it held are forgotten.
+func (a *appServerActor) lose(lost error) {
+	for _, round := range a.threads.reset() {
+		a.engine.Send(round, codexLost{err: lost})
+	}
+	if a.pinned != nil {
+		a.engine.Send(a.pinned, codexLost{err: lost})
+		a.pinned = nil
+	}
+	for _, k := range a.calls {
+		delete(a.calls, k.seq)
+		k.timer.Stop()
+		if !k.probe {
+			k.then(nil, fmt.Errorf("%s: %w", k.method, lost))
+		}
+	}
+	a.probing = false
+	a.keying = 0
+	clear(a.loaded)
+	a.proc = nil
+	a.gone()
+}
+
+// hung acts on a health call that was not answered in time: the process
+// of generation gen (stopped, or deadlocked) is killed, counted as a death
+// of its own cause, and the next command starts a fresh one under the
+// restart policy.
+func (a *appServerActor) hung(gen uint64) {
+	if gen != a.gen || a.proc == nil {
+		return
+	}
+	p := a.proc
+	a.log.Error("codex app-server stopped answering; killing it", "pid", p.PID())
+	a.cfg.Metrics.Deaths.Inc()
+	a.cfg.Metrics.Hung.Inc()
+	a.crashed()
+	a.drop(fmt.Errorf("codex app-server stopped answering (no answer to a health call within %v); it was killed", a.healthTimeout()))
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 4*a.cfg.StopGrace)
+		defer cancel()
+		if err := p.Kill(ctx); err != nil {
+			a.log.Warn("killing a hung codex app-server", "pid", p.PID(), "err", err)
+		}
+	}()
+}
+
+// goStop stops a process on a goroutine the actor owns.
+func (a *appServerActor) goStop(p appProcess) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.stopProc(p)
+	}()
+}
+
+func (a *appServerActor) stopProc(p appProcess) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*a.cfg.StopGrace)
+	defer cancel()
+	if err := p.Stop(ctx); err != nil {
+		a.log.Warn("stopping codex app-server", "pid", p.PID(), "err", err)
+	}
+}
+
+// checkKey has the login actor make sure the home holds the stored
+// credentials before the queued commands run (it writes the stored API key
+// into a home that lacks it, through a setup call): on every start and
+// before every command, as a home may lose its auth.json at any time. The
+// queue waits for keyChecked, or CallTimeout.
+func (a *appServerActor) checkKey() {
+	if a.login == nil {
+		return
+	}
+	a.keySeq++
+	a.keying = a.keySeq
+	a.engine.Send(a.login, keyCheck{seq: a.keySeq})
+	engine, self, seq := a.engine, a.self, a.keySeq
+	time.AfterFunc(a.cfg.CallTimeout+time.Second, func() { engine.Send(self, keyChecked{seq: seq}) })
+}
+
+// shutdown is the destructor: it stops every process this actor started
+// and joins every goroutine it owns.
+func (a *appServerActor) shutdown() {
+	if a.delay != nil {
+		a.delay.Stop()
+	}
+	a.mu.Lock()
+	a.down = true
+	var all []appProcess
+	for p := range a.live {
+		all = append(all, p)
+	}
+	a.mu.Unlock()
+	for _, p := range all {
+		a.stopProc(p)
+	}
+	// A start still in flight sees down and stops what it made.
+	a.wg.Wait()
+	a.engine.Send(a.cap, liveGone{pid: a.self})
+	for _, k := range a.calls {
+		k.timer.Stop()
+	}
+	a.failQueue(codexrpc.ErrClosed)
+	a.proc = nil
+}

@@ -1,0 +1,290 @@
+package actors
+
+// The app-server actor's threads: opening them for rounds and warm-ups
+// (resume, start, or as loaded), unloading idle ones, routing their
+// notifications and answering their server requests.
+
+import (
+	"encoding/json"
+	"errors"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+)
+
+// loadedThread is a thread the current process holds, with the settings
+// it was loaded with.
+type loadedThread struct {
+	fingerprint string
+	lastUse     time.Time
+}
+
+// open resumes or starts a thread for a round. A thread this process holds
+// with the same settings is the round's at once: no unload, no resume. A
+// thread held with other settings is unloaded first (a loaded thread
+// ignores a resume's settings) and resumed with the round's; a refused
+// resume is the round's to handle (it starts afresh with a transcript).
+func (a *appServerActor) open(m openThread) {
+	fp := m.settings.fingerprint()
+	if m.threadID == "" {
+		a.call(codexproto.MethodThreadStart, codexproto.ThreadStartParams{
+			Cwd: m.settings.Cwd, Sandbox: m.settings.Sandbox, ApprovalPolicy: m.settings.ApprovalPolicy,
+			DeveloperInstructions: m.settings.DeveloperInstructions, Config: m.settings.Config,
+		}, "", func(res json.RawMessage, err error) {
+			var t codexproto.ThreadResult
+			if err == nil {
+				err = decodeResult(codexproto.MethodThreadStart, res, &t)
+			}
+			if err != nil {
+				a.openFailed(m, err)
+				return
+			}
+			a.opened(m, t.Thread.ID, fp, false)
+		})
+		return
+	}
+	if lt, ok := a.loaded[m.threadID]; ok && lt.fingerprint == fp && m.round != nil {
+		a.cfg.Metrics.WarmThreads.Inc()
+		a.opened(m, m.threadID, fp, true)
+		return
+	}
+	a.resume(m, fp)
+}
+
+// resume unloads threadID (not loaded is fine) and resumes it with the
+// settings of m.
+func (a *appServerActor) resume(m openThread, fp string) {
+	id := m.threadID
+	gen := a.gen
+	a.call(codexproto.MethodThreadUnsub, codexproto.ThreadReadParams{ThreadID: id}, id, func(_ json.RawMessage, err error) {
+		if err != nil && !errors.Is(err, codexrpc.ErrClosed) {
+			a.log.Debug("unsubscribing the thread before resuming it", "err", err)
+		}
+		if gen != a.gen || a.proc == nil {
+			if err == nil {
+				err = errors.New("the codex app-server restarted while the thread was opening")
+			}
+			a.openFailed(m, err)
+			return
+		}
+		delete(a.loaded, id)
+		// What the thread says from here on (its MCP servers' startup) is
+		// this round's: the unsubscribe's answer came after anything the
+		// thread said before.
+		a.threads.reopen(id)
+		a.call(codexproto.MethodThreadResume, codexproto.ThreadResumeParams{
+			ThreadID: id, Cwd: m.settings.Cwd, Sandbox: m.settings.Sandbox,
+			ApprovalPolicy: m.settings.ApprovalPolicy, DeveloperInstructions: m.settings.DeveloperInstructions,
+			Config: m.settings.Config, ExcludeTurns: true,
+		}, id, func(_ json.RawMessage, err error) {
+			if err != nil {
+				a.openFailed(m, err)
+				return
+			}
+			a.cfg.Metrics.ThreadResumes.Inc()
+			a.opened(m, id, fp, false)
+		})
+	})
+}
+
+// opened records a loaded thread and subscribes the round to it: the
+// round hears of its thread first, then what the thread said before.
+func (a *appServerActor) opened(m openThread, threadID, fp string, warm bool) {
+	a.loaded[threadID] = loadedThread{fingerprint: fp, lastUse: time.Now()}
+	if m.round == nil { // a warm-up
+		a.warmed(m.warmReply, nil)
+		return
+	}
+	a.engine.Send(m.round, threadOpenResult{threadID: threadID, resumed: m.threadID != "", warm: warm})
+	for _, n := range a.threads.subscribe(subscribe{threadID: threadID, round: m.round, autoApprove: m.autoApprove}) {
+		a.engine.Send(m.round, roundNote{note: n})
+	}
+	a.touch()
+}
+
+// openFailed tells the round (or the warm-up's sender) that its thread
+// could not be opened.
+func (a *appServerActor) openFailed(m openThread, err error) {
+	if m.round == nil {
+		a.warmed(m.warmReply, err)
+		return
+	}
+	a.engine.Send(m.round, threadOpenResult{err: err})
+}
+
+// warm answers a WarmUp once the process runs: without a thread at once,
+// with one after the registry named its codex thread and it is loaded.
+func (a *appServerActor) warm(m warmUp) {
+	if m.key == "" || a.registry == nil {
+		a.warmed(m.reply, nil)
+		return
+	}
+	a.warming[m.key] = append(a.warming[m.key], m)
+	a.engine.Send(a.registry, lookupThread{key: m.key, round: a.self})
+}
+
+// looked continues the warm-ups of a mesh thread with its registry entry.
+func (a *appServerActor) looked(l threadLookup) {
+	ws := a.warming[l.key]
+	delete(a.warming, l.key)
+	for _, w := range ws {
+		if l.threadID == "" || a.proc == nil {
+			a.warmed(w.reply, nil) // nothing to load (a new mesh thread), or the process is gone
+			continue
+		}
+		if _, busy := a.threads.lookup(l.threadID); busy {
+			a.warmed(w.reply, nil) // a round runs in it: loaded, and not to be reloaded under the round
+			continue
+		}
+		o := openThread{threadID: l.threadID, settings: w.settings, warmReply: w.reply}
+		fp := o.settings.fingerprint()
+		if lt, ok := a.loaded[l.threadID]; ok && lt.fingerprint == fp {
+			a.warmed(w.reply, nil)
+			continue
+		}
+		a.resume(o, fp)
+	}
+}
+
+// warmed answers a WarmUp.
+func (a *appServerActor) warmed(to *actor.PID, err error) {
+	ans := messages.WarmedUp{User: a.user}
+	if err != nil {
+		ans.Error = err.Error()
+	}
+	deliver(a.engine, to, ans, a.log)
+}
+
+// unloadIdle unloads the threads no round used for ThreadIdle.
+func (a *appServerActor) unloadIdle() {
+	if a.proc == nil {
+		return
+	}
+	for id, lt := range a.loaded {
+		if _, busy := a.threads.lookup(id); busy || time.Since(lt.lastUse) < a.cfg.ThreadIdle {
+			continue
+		}
+		delete(a.loaded, id)
+		a.log.Debug("unloading an idle thread", "thread", id)
+		a.call(codexproto.MethodThreadUnsub, codexproto.ThreadReadParams{ThreadID: id}, "", func(_ json.RawMessage, err error) {
+			if err != nil {
+				a.log.Debug("unloading an idle thread", "err", err)
+			}
+		})
+	}
+}
+
+// route hands a notification to the round subscribed to its thread.
+// Notifications of no thread, or of a thread nobody runs, are kept a little
+// while in case the subscription is on its way, then dropped.
+func (a *appServerActor) route(n *codexrpc.Notification) {
+	threadID, ok := threadOf(n.Params)
+	if !ok {
+		return
+	}
+	if threadID == "" {
+		if strings.HasPrefix(n.Method, "account/") && a.pinned != nil {
+			a.engine.Send(a.pinned, accountNote{note: n})
+		}
+		return
+	}
+	round, ok := a.threads.route(threadID, n)
+	if ok {
+		a.engine.Send(round, roundNote{note: n})
+	}
+	if n.Method == codexproto.NoteMCPStartupStatus {
+		a.mcpStartup(threadID, n, round)
+	}
+}
+
+// MCPStartupReported is broadcast on the engine's event stream for every
+// MCP server startup status an app-server reports (a thread's servers
+// start after thread/start or thread/resume, and a dead one takes a second
+// or so to fail). Round is the round it was delivered to; Kept is a status
+// kept for the round about to subscribe (it reported before the round's
+// subscribe); with neither, the thread's round had left and the status
+// is only logged. Error has the round's MCP token and every URL's query
+// and userinfo removed.
+type MCPStartupReported struct {
+	User     string
+	ThreadID string
+	Server   string
+	Status   string // starting | ready | failed | …
+	Error    string
+	Round    *actor.PID
+	Kept     bool
+}
+
+// maxMCPErrorLen bounds the error text of a failed MCP start in logs.
+const maxMCPErrorLen = 1024
+
+// mcpStartup logs an MCP server's startup status (a failure at Warn, with
+// the server and its error) and broadcasts it.
+func (a *appServerActor) mcpStartup(threadID string, n *codexrpc.Notification, round *actor.PID) {
+	var s codexproto.MCPStartupStatus
+	if json.Unmarshal(n.Params, &s) != nil {
+		return
+	}
+	ev := MCPStartupReported{User: a.user, ThreadID: threadID, Server: s.Name, Status: s.Status, Round: round,
+		Kept: round == nil && a.threads.keeps(threadID)}
+	if s.Error != nil {
+		ev.Error = a.redact.Redact(scrubURLs(*s.Error))
+		if len(ev.Error) > maxMCPErrorLen {
+			ev.Error = ev.Error[:maxMCPErrorLen] + "…"
+		}
+	}
+	log := a.log.With("thread", threadID, "server", s.Name, "round_gone", round == nil && !ev.Kept)
+	if s.Status == "failed" {
+		log.Warn("MCP server failed to start", "err", ev.Error)
+	} else {
+		log.Debug("MCP server startup", "status", s.Status)
+	}
+	a.engine.BroadcastEvent(ev)
+}
+
+// urlPattern finds URLs in free text.
+var urlPattern = regexp.MustCompile(`https?://[^\s()<>"'\x60]+`)
+
+// scrubURLs keeps only the scheme, host and path of every URL in text:
+// userinfo and query may hold secrets.
+func scrubURLs(text string) string {
+	return urlPattern.ReplaceAllStringFunc(text, func(u string) string {
+		p, err := url.Parse(u)
+		if err != nil {
+			return "<URL>"
+		}
+		return (&url.URL{Scheme: p.Scheme, Host: p.Host, Path: p.Path}).String()
+	})
+}
+
+// answer decides a server request in-line, or, for a round (or a child
+// agent of a round) with on_request ask, hands it to the round's log,
+// which answers m.reply itself once its caller did or the deadline passed.
+func (a *appServerActor) answer(m codexServerRequest) serverAnswer {
+	threadID, _ := threadOf(m.req.Params)
+	root := a.children.root(threadID) // a child agent's request is its round's
+	s, ok := a.threads.lookup(root)
+	if ok && a.askers[s.round.ID] != nil {
+		log := a.askers[s.round.ID]
+		child := ""
+		if root != threadID {
+			child = threadID
+		}
+		a.engine.Send(log, serverAsk{req: m.req, child: child, reply: m.reply})
+		return serverAnswer{wait: maxAskWait}
+	}
+	res, question, err := answerServerRequest(m.req, ok && s.autoApprove)
+	if question != "" && ok {
+		a.engine.Send(s.round, questionAsked{text: question})
+	}
+	if ok && (m.req.Method == codexproto.ReqCommandApproval || m.req.Method == codexproto.ReqFileChangeApproval) {
+		a.engine.Send(s.round, approvalAnswered{req: m.req, approved: s.autoApprove})
+	}
+	return serverAnswer{result: res, err: err}
+}
