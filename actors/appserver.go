@@ -200,7 +200,6 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		delete(a.askers, m.round.ID)
 	case codexNote:
 		if m.gen == a.gen {
-			a.children.note(m.note)
 			a.lastHeard = time.Now()
 			a.touch()
 			a.route(m.note)

@@ -187,18 +187,37 @@ func (a *appServerActor) unloadIdle() {
 // route hands a notification to the round subscribed to its thread.
 // Notifications of no thread, or of a thread nobody runs, are kept a little
 // while in case the subscription is on its way, then dropped.
+//
+// A child agent's thread (a codex subagent) is routed to the round of its
+// root thread: the spawn (a collab item, a subagent activity, a
+// thread/started with a parent) is learnt here, before the child's own
+// notifications, which follow it on the same connection, are routed. The
+// rounds then attribute the child's items. One map (children) serves this
+// and the server requests of child agents; a round that left takes its
+// children's notifications with it (they route to its thread, which
+// nobody runs). Rate-limit updates go to every running round (a usage
+// limit's reset time) as well as to a login session.
 func (a *appServerActor) route(n *codexrpc.Notification) {
 	threadID, ok := threadOf(n.Params)
 	if !ok {
 		return
 	}
+	parent, _ := a.children.note(n)
+	if threadID == "" && parent != "" {
+		threadID = parent // a child's thread/started: its parent's round hears of it
+	}
 	if threadID == "" {
 		if strings.HasPrefix(n.Method, "account/") && a.pinned != nil {
 			a.engine.Send(a.pinned, accountNote{note: n})
 		}
+		if n.Method == codexproto.NoteRateLimitsUpdated {
+			for _, round := range a.threads.rounds() {
+				a.engine.Send(round, roundNote{note: n})
+			}
+		}
 		return
 	}
-	round, ok := a.threads.route(threadID, n)
+	round, ok := a.threads.route(a.children.root(threadID), n)
 	if ok {
 		a.engine.Send(round, roundNote{note: n})
 	}
