@@ -161,8 +161,8 @@ func (c *Config) setDefaults() error {
 	if c.ApprovalPolicy == "" {
 		c.ApprovalPolicy = codexproto.ApprovalNever
 	}
-	if err := c.checkBounds(); err != nil {
-		return err
+	if err := c.CheckBounds(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	if c.ClientName == "" {
 		c.ClientName = "meshweaver-supervisor"
@@ -256,25 +256,25 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-// checkBounds checks the operator's bounds on rounds' sandbox and approval
+// CheckBounds checks the operator's bounds on rounds' sandbox and approval
 // policy: known modes, the defaults within them.
-func (c *Config) checkBounds() error {
+func (c *Config) CheckBounds() error {
 	if c.MaxSandbox != "" {
 		max, ok := sandboxRank[c.MaxSandbox]
 		if !ok {
-			return fmt.Errorf("config: max sandbox %q is not a sandbox mode", c.MaxSandbox)
+			return fmt.Errorf("max sandbox %q is not a sandbox mode", c.MaxSandbox)
 		}
 		if sandboxRank[c.Sandbox] > max {
-			return fmt.Errorf("config: the sandbox %s is above the max sandbox %s", c.Sandbox, c.MaxSandbox)
+			return fmt.Errorf("the sandbox %s is above the max sandbox %s", c.Sandbox, c.MaxSandbox)
 		}
 	}
 	for _, a := range c.ApprovalPolicies {
 		if !slices.Contains(approvalSafety, a) {
-			return fmt.Errorf("config: approval policy %q is not one of %s", a, strings.Join(approvalSafety, ", "))
+			return fmt.Errorf("approval policy %q is not one of %s", a, strings.Join(approvalSafety, ", "))
 		}
 	}
 	if len(c.ApprovalPolicies) > 0 && !slices.Contains(c.ApprovalPolicies, c.ApprovalPolicy) {
-		return fmt.Errorf("config: the allowed approval policies do not include the default %s", c.ApprovalPolicy)
+		return fmt.Errorf("the allowed approval policies do not include the default %s", c.ApprovalPolicy)
 	}
 	return nil
 }

@@ -71,6 +71,9 @@ func clampPolicy(sandbox, approval string, b policyBounds) (outSandbox, outAppro
 		notes = append(notes, fmt.Sprintf("sandbox %s is above this daemon's bound; the round runs with %s", outSandbox, b.MaxSandbox))
 		outSandbox = b.MaxSandbox
 	}
+	if approval == "" {
+		return outSandbox, outApproval, notes, nil // the operator's own default (even on-failure)
+	}
 	if !slices.Contains(approvalSafety, outApproval) {
 		return "", "", nil, fmt.Errorf("%w: approval policy %q is not one of %s", errInput, outApproval, strings.Join(approvalSafety, ", "))
 	}
