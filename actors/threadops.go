@@ -277,7 +277,6 @@ func threadTurns(raw json.RawMessage) ([]messages.Turn, error) {
 	return out, nil
 }
 
-
 // threadOp runs a thread command in its own actor. A command that changes
 // the thread (archive, fork, compact) waits for no round: it is refused
 // while one runs or waits on the thread.
