@@ -90,3 +90,24 @@ func TestWireThreadCommandsRealCLI(t *testing.T) {
 		t.Errorf("the archived thread was read: %+v", gone)
 	}
 }
+
+// TestWireCompactThreadRealCLI: a compaction of a mesh thread is answered
+// once codex compacted it, and the thread's next round resumes it.
+func TestWireCompactThreadRealCLI(t *testing.T) {
+	e := newEnv(t, nil)
+	const user, key = "alice", "mesh/compact"
+	e.model.Enqueue(mockmodel.Text("long", " answer"))
+	v := e.round(messages.StartRound{User: user, Thread: key, Text: "first message"}).mustComplete(t).verdict
+	e.model.Enqueue(mockmodel.Text("summary of the thread"))
+	e.send(messages.CompactThread{User: user, Thread: key})
+	if c := e.awaitOther("thread compacted", func(m any) bool { _, ok := m.(messages.ThreadCompacted); return ok }).(messages.ThreadCompacted); !c.OK {
+		t.Fatalf("compact = %+v", c)
+	}
+	if n := len(e.model.Requests()); n != 2 {
+		t.Errorf("the model had %d requests after the compaction, want 2 (the round's, the compaction's)", n)
+	}
+	e.model.Enqueue(mockmodel.Text("after"))
+	if nv := e.round(messages.StartRound{User: user, Thread: key, Text: "next"}).mustComplete(t).verdict; nv.CodexThreadID != v.CodexThreadID {
+		t.Errorf("after the compaction: %+v, want thread %s", nv, v.CodexThreadID)
+	}
+}
