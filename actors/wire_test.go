@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
@@ -125,5 +126,38 @@ func TestWireChildAgentEventsReachRound(t *testing.T) {
 	}
 	if got := r.text(); !strings.Contains(got, "parent done") || strings.Contains(strings.ReplaceAll(got, "child says hi", ""), "child") {
 		t.Errorf("round text = %q", got)
+	}
+}
+
+// A command that changes a thread is refused while a round runs on it; a
+// read of a mesh thread with no codex thread says so. Both answer once.
+func TestWireThreadOpsRefusedOrUnknown(t *testing.T) {
+	h := newHarness(t, heldFake(t, fakeappserver.Config{ReplyText: "held"}))
+	c, other := h.caller(), h.caller()
+	m := messages.StartRound{User: "ivy", Thread: "mesh/busy", Text: "hold", RoundID: newRoundID()}
+	h.roundAsync(c, m)
+	c.waitFirstEvent(t, m.RoundID, 90*time.Second)
+
+	h.engine.SendWithSender(h.root, messages.ArchiveThread{User: "ivy", Thread: "mesh/busy"}, other.pid)
+	if a := expect[messages.ThreadArchived](t, other); a.OK || !strings.Contains(a.Error, "a round runs") {
+		t.Errorf("archive during a round = %+v", a)
+	}
+	h.engine.SendWithSender(h.root, messages.CompactThread{User: "ivy", Thread: "mesh/busy"}, other.pid)
+	if a := expect[messages.ThreadCompacted](t, other); a.OK || !strings.Contains(a.Error, "a round runs") {
+		t.Errorf("compact during a round = %+v", a)
+	}
+	h.engine.SendWithSender(h.root, messages.ReadThread{User: "ivy", Thread: "mesh/never"}, other.pid)
+	if r := expect[messages.ThreadTurns](t, other); r.Error == "" || len(r.Turns) != 0 {
+		t.Errorf("read of an unknown thread = %+v", r)
+	}
+	h.engine.SendWithSender(h.root, messages.ForkThread{User: "ivy", Thread: "mesh/never", NewThread: "mesh/new"}, other.pid)
+	if f := expect[messages.ThreadForked](t, other); f.Error == "" || f.CodexThreadID != "" {
+		t.Errorf("fork of an unknown thread = %+v", f)
+	}
+	other.quiet(t)
+
+	h.engine.SendWithSender(h.root, messages.InterruptRound{User: "ivy", Thread: "mesh/busy", RoundID: m.RoundID}, c.pid)
+	if r := c.collectAll(t, m.RoundID, 90*time.Second); r.verdict.Status != messages.StatusInterrupted {
+		t.Errorf("verdict = %+v", r.verdict)
 	}
 }
