@@ -2,6 +2,7 @@ package actors
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -91,7 +92,7 @@ func (o *threadOpActor) Receive(c *actor.Context) {
 	case roundNote:
 		// compact: the compaction runs as a turn; its end is the answer.
 		if m.note.Method == codexproto.NoteTurnCompleted {
-			o.finish(nil)
+			o.finish(compactEnd(m.note.Params))
 		}
 	case saved:
 		o.finish(m.err)
@@ -215,6 +216,23 @@ func (o *threadOpActor) finish(err error) {
 	if o.self != nil {
 		o.engine.Poison(o.self)
 	}
+}
+
+// compactEnd is the outcome of a compaction's turn/completed: nil when
+// it completed.
+func compactEnd(params json.RawMessage) error {
+	var t codexproto.TurnNotification
+	if err := json.Unmarshal(params, &t); err != nil {
+		return fmt.Errorf("the compaction's end is unreadable: %w", err)
+	}
+	if t.Turn.Status == codexproto.TurnCompleted {
+		return nil
+	}
+	msg := "the compaction ended " + t.Turn.Status
+	if t.Turn.Error != nil && t.Turn.Error.Message != "" {
+		msg += ": " + t.Turn.Error.Message
+	}
+	return errors.New(msg)
 }
 
 func opMethod(cmd any) string {
