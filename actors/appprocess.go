@@ -191,7 +191,7 @@ func (a *appServerActor) started(m codexStarted) {
 		return
 	default:
 	}
-	a.proc = m.proc
+	a.proc, a.version = m.proc, m.version
 	a.lastHeard = time.Now()
 	a.cfg.Metrics.Starts.Inc()
 	if a.restartNext {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
@@ -99,6 +100,7 @@ type appServerActor struct {
 
 	gen      uint64
 	proc     appProcess
+	version  codexproto.Version // the current process's CLI version
 	starting bool
 	queue    []any // openThread and appCall waiting for a ready process
 	threads  threadRouter
@@ -198,7 +200,6 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		delete(a.askers, m.round.ID)
 	case codexNote:
 		if m.gen == a.gen {
-			a.children.note(m.note)
 			a.lastHeard = time.Now()
 			a.touch()
 			a.route(m.note)

@@ -22,6 +22,7 @@ import (
 // it was loaded with.
 type loadedThread struct {
 	fingerprint string
+	model       string // as thread/start or thread/resume answered
 	lastUse     time.Time
 }
 
@@ -45,13 +46,13 @@ func (a *appServerActor) open(m openThread) {
 				a.openFailed(m, err)
 				return
 			}
-			a.opened(m, t.Thread.ID, fp, false)
+			a.opened(m, t.Thread.ID, t.Model, fp, false)
 		})
 		return
 	}
 	if lt, ok := a.loaded[m.threadID]; ok && lt.fingerprint == fp && m.round != nil {
 		a.cfg.Metrics.WarmThreads.Inc()
-		a.opened(m, m.threadID, fp, true)
+		a.opened(m, m.threadID, lt.model, fp, true)
 		return
 	}
 	a.resume(m, fp)
@@ -82,26 +83,29 @@ func (a *appServerActor) resume(m openThread, fp string) {
 			ThreadID: id, Cwd: m.settings.Cwd, Sandbox: m.settings.Sandbox,
 			ApprovalPolicy: m.settings.ApprovalPolicy, DeveloperInstructions: m.settings.DeveloperInstructions,
 			Config: m.settings.Config, ExcludeTurns: true,
-		}, id, func(_ json.RawMessage, err error) {
+		}, id, func(res json.RawMessage, err error) {
 			if err != nil {
 				a.openFailed(m, err)
 				return
 			}
+			var t codexproto.ThreadResult
+			_ = json.Unmarshal(res, &t) // the model is informational
 			a.cfg.Metrics.ThreadResumes.Inc()
-			a.opened(m, id, fp, false)
+			a.opened(m, id, t.Model, fp, false)
 		})
 	})
 }
 
 // opened records a loaded thread and subscribes the round to it: the
 // round hears of its thread first, then what the thread said before.
-func (a *appServerActor) opened(m openThread, threadID, fp string, warm bool) {
-	a.loaded[threadID] = loadedThread{fingerprint: fp, lastUse: time.Now()}
+func (a *appServerActor) opened(m openThread, threadID, model, fp string, warm bool) {
+	a.loaded[threadID] = loadedThread{fingerprint: fp, model: model, lastUse: time.Now()}
 	if m.round == nil { // a warm-up
 		a.warmed(m.warmReply, nil)
 		return
 	}
-	a.engine.Send(m.round, threadOpenResult{threadID: threadID, resumed: m.threadID != "", warm: warm})
+	a.engine.Send(m.round, threadOpenResult{threadID: threadID, resumed: m.threadID != "", warm: warm,
+		model: model, version: a.version})
 	for _, n := range a.threads.subscribe(subscribe{threadID: threadID, round: m.round, autoApprove: m.autoApprove}) {
 		a.engine.Send(m.round, roundNote{note: n})
 	}
@@ -183,18 +187,37 @@ func (a *appServerActor) unloadIdle() {
 // route hands a notification to the round subscribed to its thread.
 // Notifications of no thread, or of a thread nobody runs, are kept a little
 // while in case the subscription is on its way, then dropped.
+//
+// A child agent's thread (a codex subagent) is routed to the round of its
+// root thread: the spawn (a collab item, a subagent activity, a
+// thread/started with a parent) is learnt here, before the child's own
+// notifications, which follow it on the same connection, are routed. The
+// rounds then attribute the child's items. One map (children) serves this
+// and the server requests of child agents; a round that left takes its
+// children's notifications with it (they route to its thread, which
+// nobody runs). Rate-limit updates go to every running round (a usage
+// limit's reset time) as well as to a login session.
 func (a *appServerActor) route(n *codexrpc.Notification) {
 	threadID, ok := threadOf(n.Params)
 	if !ok {
 		return
 	}
+	parent, _ := a.children.note(n)
+	if threadID == "" && parent != "" {
+		threadID = parent // a child's thread/started: its parent's round hears of it
+	}
 	if threadID == "" {
 		if strings.HasPrefix(n.Method, "account/") && a.pinned != nil {
 			a.engine.Send(a.pinned, accountNote{note: n})
 		}
+		if n.Method == codexproto.NoteRateLimitsUpdated {
+			for _, round := range a.threads.rounds() {
+				a.engine.Send(round, roundNote{note: n})
+			}
+		}
 		return
 	}
-	round, ok := a.threads.route(threadID, n)
+	round, ok := a.threads.route(a.children.root(threadID), n)
 	if ok {
 		a.engine.Send(round, roundNote{note: n})
 	}

@@ -2,8 +2,11 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproto"
@@ -31,6 +34,12 @@ type Config struct {
 	// read-only and never).
 	Sandbox        string
 	ApprovalPolicy string
+	// MaxSandbox is the most permissive sandbox a round may ask for
+	// (default Sandbox); ApprovalPolicies are the approval policies a round
+	// may ask for (default ApprovalPolicy only). A round asking for more is
+	// clamped, with a notice.
+	MaxSandbox       string
+	ApprovalPolicies []string
 	// ClientName is sent in initialize; it becomes the originator.
 	ClientName string
 	// CallTimeout bounds every RPC other than a turn's own run (default 60s).
@@ -152,6 +161,9 @@ func (c *Config) setDefaults() error {
 	if c.ApprovalPolicy == "" {
 		c.ApprovalPolicy = codexproto.ApprovalNever
 	}
+	if err := c.CheckBounds(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	if c.ClientName == "" {
 		c.ClientName = "meshweaver-supervisor"
 	}
@@ -241,5 +253,28 @@ func (c *Config) setDefaults() error {
 	}
 	c.rounds = &gate{}
 	c.sample = edge.NewSampler(10, time.Minute)
+	return nil
+}
+
+// CheckBounds checks the operator's bounds on rounds' sandbox and approval
+// policy: known modes, the defaults within them.
+func (c *Config) CheckBounds() error {
+	if c.MaxSandbox != "" {
+		max, ok := sandboxRank[c.MaxSandbox]
+		if !ok {
+			return fmt.Errorf("max sandbox %q is not a sandbox mode", c.MaxSandbox)
+		}
+		if sandboxRank[c.Sandbox] > max {
+			return fmt.Errorf("the sandbox %s is above the max sandbox %s", c.Sandbox, c.MaxSandbox)
+		}
+	}
+	for _, a := range c.ApprovalPolicies {
+		if !slices.Contains(approvalSafety, a) {
+			return fmt.Errorf("approval policy %q is not one of %s", a, strings.Join(approvalSafety, ", "))
+		}
+	}
+	if len(c.ApprovalPolicies) > 0 && !slices.Contains(c.ApprovalPolicies, c.ApprovalPolicy) {
+		return fmt.Errorf("the allowed approval policies do not include the default %s", c.ApprovalPolicy)
+	}
 	return nil
 }

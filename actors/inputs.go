@@ -71,6 +71,9 @@ func clampPolicy(sandbox, approval string, b policyBounds) (outSandbox, outAppro
 		notes = append(notes, fmt.Sprintf("sandbox %s is above this daemon's bound; the round runs with %s", outSandbox, b.MaxSandbox))
 		outSandbox = b.MaxSandbox
 	}
+	if approval == "" {
+		return outSandbox, outApproval, notes, nil // the operator's own default (even on-failure)
+	}
 	if !slices.Contains(approvalSafety, outApproval) {
 		return "", "", nil, fmt.Errorf("%w: approval policy %q is not one of %s", errInput, outApproval, strings.Join(approvalSafety, ", "))
 	}
@@ -254,4 +257,29 @@ func turnStartParams(base codexproto.TurnStartParams, req messages.StartRound, w
 	p.SandboxPolicy = sandboxPolicy(sandbox)
 	p.ApprovalPolicy = approval
 	return p, notes, nil
+}
+
+// roundMapper is the mapper of a round that asked for req.
+func roundMapper(req messages.StartRound) *mapper {
+	m := newMapper()
+	m.configure(req)
+	return m
+}
+
+// turnStart is the round's turn/start: its text (seeded for a fresh
+// thread) with its inputs, within the operator's bounds, for a CLI of
+// version v; notes tell the caller what was clamped.
+func (r *roundActor) turnStart(v codexproto.Version) (codexproto.TurnStartSurfaceParams, []string, error) {
+	req := r.req.StartRound
+	req.Text = r.text
+	return turnStartParams(codexproto.TurnStartParams{ThreadID: r.threadID, Summary: "auto",
+		Model: r.req.Model, Effort: r.req.Effort, ClientUserMessageID: r.req.ClientMessageID},
+		req, r.cfg.Workspace, v, r.bounds())
+}
+
+// bounds are the operator's bounds on a round's sandbox and approval
+// policy.
+func (r *roundActor) bounds() policyBounds {
+	return policyBounds{Sandbox: r.cfg.Sandbox, Approval: r.cfg.ApprovalPolicy,
+		MaxSandbox: r.cfg.MaxSandbox, Approvals: r.cfg.ApprovalPolicies}
 }

@@ -81,7 +81,9 @@ type openThread struct {
 type threadOpenResult struct {
 	threadID    string
 	resumed     bool
-	warm        bool // it was loaded with the same settings: no resume was made
+	warm        bool               // it was loaded with the same settings: no resume was made
+	model       string             // the thread's model, as thread/start or thread/resume answered
+	version     codexproto.Version // the CLI's version, for what turn/start may carry
 	err         error
 	unavailable bool
 }

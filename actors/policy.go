@@ -198,34 +198,14 @@ type childThreads struct {
 	order  []string
 }
 
-// note learns child threads from a notification.
-func (t *childThreads) note(n *codexrpc.Notification) {
-	switch n.Method {
-	case "thread/started":
-		var p struct {
-			Thread struct {
-				ID     string  `json:"id"`
-				Parent *string `json:"parentThreadId"`
-			} `json:"thread"`
-		}
-		if json.Unmarshal(n.Params, &p) == nil && p.Thread.Parent != nil {
-			t.add(p.Thread.ID, *p.Thread.Parent)
-		}
-	case "item/started", "item/completed":
-		var p struct {
-			Item struct {
-				Type      string   `json:"type"`
-				Sender    string   `json:"senderThreadId"`
-				Receivers []string `json:"receiverThreadIds"`
-			} `json:"item"`
-		}
-		if json.Unmarshal(n.Params, &p) != nil || p.Item.Type != "collabAgentToolCall" {
-			return
-		}
-		for _, child := range p.Item.Receivers {
-			t.add(child, p.Item.Sender)
-		}
+// note learns child threads from a notification (spawnedThreads): the
+// parent it names, and its children.
+func (t *childThreads) note(n *codexrpc.Notification) (parent string, children []string) {
+	parent, children = spawnedThreads(n)
+	for _, child := range children {
+		t.add(child, parent)
 	}
+	return parent, children
 }
 
 func (t *childThreads) add(child, parent string) {

@@ -144,6 +144,14 @@ func (r *rootActor) Receive(c *actor.Context) {
 		r.toUser(c, m.User, m, m.Validate())
 	case messages.ListThreads:
 		r.toUser(c, m.User, m, m.Validate())
+	case messages.ReadThread:
+		r.toUser(c, m.User, m, m.Validate())
+	case messages.ArchiveThread:
+		r.toUser(c, m.User, m, m.Validate())
+	case messages.ForkThread:
+		r.toUser(c, m.User, m, m.Validate())
+	case messages.CompactThread:
+		r.toUser(c, m.User, m, m.Validate())
 	case messages.WarmUp:
 		r.toUser(c, m.User, m, m.Validate())
 	default:

@@ -47,8 +47,9 @@ type roundActor struct {
 	warm      bool // the thread was loaded already with the round's settings: no resume
 	ended     bool // the turn's end came: the thread may stay loaded for the next round
 	fellBack  bool
-	lostCtx   bool // a fresh thread without the mesh thread's earlier turns
-	interrupt bool // asked before the turn had an id
+	lostCtx   bool     // a fresh thread without the mesh thread's earlier turns
+	interrupt bool     // asked before the turn had an id
+	end       *turnEnd // what turn/completed said, for the verdict
 
 	// The verdict waits for the registry's answers to the round's writes
 	// (see finish); what could not be written is named in it.
@@ -97,7 +98,7 @@ func newRoundActor(cfg *Config, req roundRequest, codex, registry *actor.PID) ac
 			cfg: cfg, req: req, codex: codex, registry: registry,
 			log: cfg.Logger.With("user", userTag(req.User), "thread", store.KeyPrefix(req.Thread),
 				"round", req.RoundID),
-			mapper: newMapper(),
+			mapper: roundMapper(req.StartRound),
 		}
 	}
 }
@@ -231,9 +232,7 @@ func (r *roundActor) emit(ev messages.RoundEvent) {
 		r.cfg.Metrics.FirstDelta.Observe(time.Since(r.startedAt).Seconds())
 	}
 	if n := len(r.pending); n > 0 {
-		last := &r.pending[n-1]
-		if (ev.Kind == messages.KindText || ev.Kind == messages.KindReasoning) &&
-			last.Kind == ev.Kind && last.ItemID == ev.ItemID {
+		if last := &r.pending[n-1]; coalesces(*last, ev) {
 			last.Text += ev.Text
 			return
 		}
@@ -321,7 +320,7 @@ func (r *roundActor) checkStall() {
 }
 
 func (r *roundActor) turnEnded(end *turnEnd) {
-	r.ended = true
+	r.ended, r.end = true, end
 	switch {
 	case r.callerGone:
 		r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
@@ -360,6 +359,7 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		RoundID: r.req.RoundID, Thread: r.req.Thread, Status: status,
 		Error: errText, CodexErrorInfo: info,
 	}
+	r.mapper.decorate(r.verdict, r.end)
 	if r.turnBegun {
 		// The CLI keeps the user's message in the thread whatever the end;
 		// the journal keeps what the transcript fallback needs.
@@ -499,10 +499,22 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 		// damaged, or its resume was refused) and none of it seeds this one.
 		r.lostCtx = (r.known.damaged || r.fellBack) && r.text == r.req.Text
 	}
+	r.mapper.setThread(m.threadID, m.model)
+	params, notes, err := r.turnStart(m.version)
+	if err != nil {
+		status := messages.StatusFailed
+		if errors.Is(err, errInput) {
+			status = messages.StatusRejected
+		}
+		r.finish(status, err.Error(), "")
+		return
+	}
+	for _, n := range notes {
+		r.emit(messages.RoundEvent{Kind: messages.KindNotice, Text: n})
+	}
 	r.starting = true
 	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnStart, thread: r.threadID, to: r.self, tag: turnStartCall{},
-		params: codexproto.TurnStartParams{ThreadID: r.threadID, Input: codexproto.TextInput(r.text), Summary: "auto",
-			Model: r.req.Model, Effort: r.req.Effort, ClientUserMessageID: r.req.ClientMessageID}})
+		params: params})
 }
 
 // answered handles the answer to one of the round's calls. They come in

@@ -118,6 +118,19 @@ func (r *threadRouter) lookup(threadID string) (subscribe, bool) {
 	return s, ok
 }
 
+// rounds are the subscribed rounds, each once.
+func (r *threadRouter) rounds() []*actor.PID {
+	var out []*actor.PID
+	seen := make(map[string]bool, len(r.subs))
+	for _, s := range r.subs {
+		if !seen[s.round.String()] {
+			seen[s.round.String()] = true
+			out = append(out, s.round)
+		}
+	}
+	return out
+}
+
 // active is the number of subscriptions.
 func (r *threadRouter) active() int { return len(r.subs) }
 

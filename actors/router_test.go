@@ -123,3 +123,27 @@ func TestThreadRouter(t *testing.T) {
 		t.Error("routed after reset")
 	}
 }
+
+// rounds names every subscribed round once, whatever number of threads it
+// holds (a rate-limit update goes to each once).
+func TestThreadRouterRounds(t *testing.T) {
+	r := newThreadRouter(3)
+	a, b := actor.NewPID("local", "round/a"), actor.NewPID("local", "round/b")
+	if got := r.rounds(); len(got) != 0 {
+		t.Fatalf("rounds of an empty router = %v", got)
+	}
+	r.subscribe(subscribe{threadID: "t1", round: a})
+	r.subscribe(subscribe{threadID: "t2", round: a})
+	r.subscribe(subscribe{threadID: "t3", round: b})
+	got := map[string]int{}
+	for _, p := range r.rounds() {
+		got[p.String()]++
+	}
+	if len(got) != 2 || got[a.String()] != 1 || got[b.String()] != 1 {
+		t.Errorf("rounds = %v, want a and b once each", got)
+	}
+	r.unsubscribe("t3", b)
+	if rs := r.rounds(); len(rs) != 1 || !rs[0].Equals(a) {
+		t.Errorf("rounds after b left = %v", rs)
+	}
+}

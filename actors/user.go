@@ -143,6 +143,9 @@ func (u *userActor) Receive(c *actor.Context) {
 	case messages.ListThreads:
 		u.active()
 		c.Engine().SendWithSender(u.registry, m, c.Sender())
+	case messages.ReadThread, messages.ArchiveThread, messages.ForkThread, messages.CompactThread:
+		u.active()
+		u.threadOp(c, m)
 	case messages.WarmUp:
 		u.active()
 		c.Send(u.codex, warmUp{key: m.Thread, reply: c.Sender(), secrets: []string{m.MCPToken},

@@ -18,10 +18,10 @@ type Kind string
 
 // The kinds of the authorization file.
 const (
-	KindRounds  Kind = "rounds"  // StartRound, AttachRound, WarmUp
+	KindRounds  Kind = "rounds"  // StartRound, AttachRound, WarmUp, ArchiveThread, ForkThread, CompactThread
 	KindControl Kind = "control" // InterruptRound, SteerRound, AnswerRequest
 	KindLogin   Kind = "login"   // StartLogin, CancelLogin, SetAPIKey, Logout
-	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest, ListThreads
+	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest, ListThreads, ReadThread
 	// KindCluster: the identity is a member of this daemon's cluster; the
 	// owners of users answer its relays (a grant with users ["*"]).
 	KindCluster Kind = "cluster"
@@ -61,6 +61,14 @@ func KindOf(msg any) (k Kind, user string, ok bool) {
 		return KindAccount, m.User, true
 	case messages.ListThreads:
 		return KindAccount, m.User, true
+	case messages.ReadThread:
+		return KindAccount, m.User, true
+	case messages.ArchiveThread:
+		return KindRounds, m.User, true
+	case messages.ForkThread:
+		return KindRounds, m.User, true
+	case messages.CompactThread:
+		return KindRounds, m.User, true
 	}
 	return "", "", false
 }

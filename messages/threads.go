@@ -85,8 +85,8 @@ type CompactThread struct {
 	Thread string `msgpack:"thread,omitempty"`
 }
 
-// ThreadCompacted answers [CompactThread]: OK once codex has started the
-// compaction, or Error says why not.
+// ThreadCompacted answers [CompactThread]: OK once codex has compacted
+// the thread, or Error says why not.
 type ThreadCompacted struct {
 	Thread string `msgpack:"thread,omitempty"`
 	OK     bool   `msgpack:"ok,omitempty"`

@@ -37,6 +37,8 @@ type serveOptions struct {
 	codexEnv       stringList
 	sandbox        string
 	approval       string
+	maxSandbox     string
+	approvals      string
 	logFormat      string
 	logLevel       string
 	stopTimeout    time.Duration
@@ -76,6 +78,8 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.Var(&o.codexEnv, "codex-env", "`KEY=VALUE` added to every app-server's environment (repeatable); nothing else of the daemon's environment reaches it beyond PATH, HOME and locale")
 	fs.StringVar(&o.sandbox, "sandbox", codexproto.SandboxReadOnly, "sandbox of codex threads: read-only, workspace-write or danger-full-access")
 	fs.StringVar(&o.approval, "approval-policy", codexproto.ApprovalNever, "approval policy of codex threads: never, on-request or untrusted")
+	fs.StringVar(&o.maxSandbox, "max-sandbox", "", "most permissive sandbox a round may ask for (default: --sandbox); a round asking for more is clamped, with a notice")
+	fs.StringVar(&o.approvals, "allow-approval-policies", "", "comma-separated approval policies a round may ask for (default: --approval-policy only)")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "log format: auto (text on a terminal, else json), text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "how long SIGTERM waits for rounds and app-servers to stop")
@@ -131,6 +135,10 @@ func (o *serveOptions) validate() error {
 	case "never", "on-request", "untrusted", "on-failure":
 	default:
 		errs = append(errs, fmt.Errorf("--approval-policy %q is not a policy", o.approval))
+	}
+	if err := (&actors.Config{Sandbox: o.sandbox, ApprovalPolicy: o.approval, MaxSandbox: o.maxSandbox,
+		ApprovalPolicies: splitList(o.approvals)}).CheckBounds(); err != nil {
+		errs = append(errs, fmt.Errorf("--max-sandbox or --allow-approval-policies: %w", err))
 	}
 	if o.stopTimeout <= 0 || o.callTimeout <= 0 || o.queueLimit <= 0 || o.idleTimeout <= 0 ||
 		o.maxLive <= 0 || o.stallTimeout <= 0 || o.loginGrant <= 0 {
@@ -244,6 +252,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Homes: o.homes, Workspace: o.workspace, CodexBin: bin,
 		Overrides: append(overrides, o.overrides...), CodexEnv: o.codexEnv,
 		Sandbox: o.sandbox, ApprovalPolicy: o.approval,
+		MaxSandbox: o.maxSandbox, ApprovalPolicies: splitList(o.approvals),
 		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit,
 		IdleTimeout: o.idleTimeout, MaxLive: o.maxLive, StallTimeout: o.stallTimeout,
 		LoginGrant: o.loginGrant, MaxUsers: o.maxUsers, UserIdle: o.userIdle,
@@ -423,4 +432,15 @@ func flagsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// splitList splits a comma-separated flag, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -96,6 +96,11 @@ type Fake struct {
 	// sends one notification per entry, {threadId, turnId} as params,
 	// between the user message and the agent message.
 	UnknownNotifications []string `json:"unknownNotifications,omitempty"`
+	// TurnNotifications are sent, in order, during every turn, after the
+	// unknown notifications and before the agent message, verbatim except
+	// that "${threadId}" and "${turnId}" are replaced: a subagent's items,
+	// a rate-limit update.
+	TurnNotifications []NotificationSpec `json:"turnNotifications,omitempty"`
 	// ServerRequests are sent, in order, during turns, after the user
 	// message and before the agent message; each waits for the client's
 	// answer before the turn goes on. See ServerRequestSpec.
@@ -166,6 +171,12 @@ type ServerRequestSpec struct {
 	// OnTurn limits the request to the Nth turn started in this process
 	// (1-based); zero sends it in every turn.
 	OnTurn int `json:"onTurn,omitempty"`
+}
+
+// NotificationSpec is a notification a turn sends (TurnNotifications).
+type NotificationSpec struct {
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params,omitempty"`
 }
 
 // ExitError is how Serve reports an exit that a knob asked for.

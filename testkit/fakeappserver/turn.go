@@ -180,6 +180,12 @@ func (s *session) turnStart(id, params json.RawMessage) {
 			s.notify(method, obj{"threadId": th.id, "turnId": t.id})
 		})
 	}
+	for _, spec := range s.f.TurnNotifications {
+		t.steps = append(t.steps, func() {
+			r := strings.NewReplacer("${threadId}", th.id, "${turnId}", t.id)
+			s.notify(spec.Method, json.RawMessage(r.Replace(string(spec.Params))))
+		})
+	}
 	if s.f.UpstreamRetryMs > 0 {
 		t.steps = append(t.steps, func() { t.held, t.retrying = true, true })
 	}
