@@ -22,11 +22,23 @@ import (
 // second round with another token runs on the thread as it is loaded (no
 // thread/resume) and its tool call reaches the MCP server with the new
 // token; a round with another MCPURL reloads the thread (the CLI's MCP
-// session must not go on with another server). No token reaches the
-// daemon's log, the CLI's argv or environment, or a file of its home.
+// session must not go on with another server). After a restart, a
+// WarmUp with a fourth token loads the thread, and the round after it
+// runs warm with that token. No token reaches the daemon's log, the CLI's
+// argv or environment, or a file of its home. Under isolation (a uid per
+// user, bubblewrap) the sandboxed CLI reaches the front on the host's
+// loopback: bubblewrap shares the host's network namespace.
 func TestMCPFrontKeepsThreadWarm(t *testing.T) {
-	metrics := actors.NewMetrics(nil)
-	e := newEnv(t, func(c *actors.Config) { c.Metrics = metrics })
+	t.Run("plain", func(t *testing.T) { testMCPFront(t, nil) })
+	t.Run("uid+bwrap", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("the uid switch needs root; CI runs as root")
+		}
+		testMCPFront(t, isolated(t, "uid+bwrap", false, false))
+	})
+}
+
+func testMCPFront(t *testing.T, mutate func(*actors.Config)) {
 	readOnly := mcpserver.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}}
 	s1, err := mcpserver.Start(readOnly)
 	if err != nil {
@@ -38,8 +50,17 @@ func TestMCPFrontKeepsThreadWarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s2.Close)
+	// After the servers: the daemon stops first (its CLI ends its MCP
+	// sessions), then they do.
+	metrics := actors.NewMetrics(nil)
+	e := newEnv(t, func(c *actors.Config) {
+		c.Metrics = metrics
+		if mutate != nil {
+			mutate(c)
+		}
+	})
 	const user, thread = "uma", "mcp/front"
-	tokens := []string{"front-token-1-9d2c", "front-token-2-77ab", "front-token-3-e410"}
+	tokens := []string{"front-token-1-9d2c", "front-token-2-77ab", "front-token-3-e410", "front-token-4-5c3b"}
 	round := func(i int, s *mcpserver.Server) {
 		t.Helper()
 		id := "call-front-" + strconv.Itoa(i)
@@ -88,9 +109,33 @@ func TestMCPFrontKeepsThreadWarm(t *testing.T) {
 		t.Errorf("the new MCP server saw %d tool calls, want 1", n)
 	}
 
-	p := e.appServer(user)
-	cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.PID), "cmdline"))
-	environ := strings.Join(p.Environ(), "\n")
+	// A fresh app-server: the warm-up loads the thread with the next
+	// round's settings, and that round runs on it as it is.
+	e.restart(nil)
+	e.send(messages.WarmUp{User: user, Thread: thread, MCPURL: s2.URL(), MCPToken: tokens[3]})
+	w := e.awaitOther("WarmedUp", func(m any) bool { _, ok := m.(messages.WarmedUp); return ok }).(messages.WarmedUp)
+	if w.Error != "" {
+		t.Fatalf("WarmedUp %+v", w)
+	}
+	resumes1, warm1 := counts()
+	if resumes1 != resumes0+2 {
+		t.Errorf("the warm-up made %v resumes, want 1", resumes1-resumes0-1)
+	}
+	round(3, s2)
+	if resumes, warm := counts(); resumes != resumes1 || warm != warm1+1 {
+		t.Errorf("the round after the warm-up: %v resumes and %v warm opens, want 0 and 1", resumes-resumes1, warm-warm1)
+	}
+
+	var cmdline []byte
+	var environ string
+	if mutate == nil { // (under isolation bubblewrap is the daemon's child)
+		p := e.appServer(user)
+		cmdline, _ = os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.PID), "cmdline"))
+		environ = strings.Join(p.Environ(), "\n")
+		if len(cmdline) == 0 {
+			t.Errorf("no argv of the app-server")
+		}
+	}
 	for _, tok := range tokens {
 		if strings.Contains(e.logs.String(), tok) {
 			t.Errorf("token %q is in the daemon's log", tok)
