@@ -3,6 +3,8 @@ package mcpfront
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,8 +50,8 @@ type Options struct {
 	HeaderTimeout time.Duration
 	// DialTimeout bounds a connection attempt (DefaultDialTimeout when zero).
 	DialTimeout time.Duration
-	// Logger receives forwarding failures, never a token or an upstream
-	// URL's path or query (slog.Default when nil).
+	// Logger receives forwarding failures, never a token, an upstream
+	// URL's path or query, or a raw user id (slog.Default when nil).
 	Logger *slog.Logger
 }
 
@@ -300,7 +302,7 @@ func (f *Front) fail(w http.ResponseWriter, r *http.Request, key Key, host strin
 	case r.Context().Err() != nil:
 		// The client went away (or the front is closing): nobody reads
 		// the answer.
-		f.log.Debug("mcp front: request ended by its client", "user", key.User)
+		f.log.Debug("mcp front: request ended by its client", "user", userTag(key.User))
 		w.WriteHeader(http.StatusBadGateway)
 		return
 	case errors.As(err, &ne) && ne.Timeout():
@@ -310,6 +312,13 @@ func (f *Front) fail(w http.ResponseWriter, r *http.Request, key Key, host strin
 	if errors.As(err, &ue) {
 		err = ue.Err // its message quotes the URL
 	}
-	f.log.Warn("mcp front: forwarding failed", "user", key.User, "upstream", host, "status", status, "err", err)
+	f.log.Warn("mcp front: forwarding failed", "user", userTag(key.User), "upstream", host, "status", status, "err", err)
 	http.Error(w, msg+" ("+strconv.Itoa(status)+")", status)
+}
+
+// userTag names a user in logs as the daemon's actors do (a short stable
+// hash), never by the raw id.
+func userTag(user string) string {
+	sum := sha256.Sum256([]byte("user:" + user))
+	return "u-" + hex.EncodeToString(sum[:4])
 }

@@ -317,7 +317,7 @@ func TestUpstreamDownIsAClear502(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	key := Key{User: "ann", Thread: "t"}
+	key := Key{User: "user-secret-id", Thread: "t"}
 	if err := f.Set(key, "http://"+addr+"/secret-path?k=secret-query", "tok-secret"); err != nil {
 		t.Fatal(err)
 	}
@@ -327,11 +327,11 @@ func TestUpstreamDownIsAClear502(t *testing.T) {
 	}
 	for _, s := range []string{body, logs.String()} {
 		if strings.Contains(s, "secret") {
-			t.Errorf("the token or the upstream's path leaked: %q", s)
+			t.Errorf("the token, the upstream's path or the raw user id leaked: %q", s)
 		}
 	}
-	if !strings.Contains(logs.String(), "forwarding failed") {
-		t.Errorf("no log of the failure: %s", logs.String())
+	if !strings.Contains(logs.String(), "forwarding failed") || !strings.Contains(logs.String(), "user="+userTag(key.User)) {
+		t.Errorf("no log of the failure naming the user's tag: %s", logs.String())
 	}
 }
 
