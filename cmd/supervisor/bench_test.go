@@ -55,6 +55,8 @@ func TestBenchSmall(t *testing.T) {
 	}
 	wantRows := []string{
 		"warm round: send → first text", "warm round: send → verdict",
+		"warm round, MCP with a new token each round: send → first text",
+		"warm round, MCP with a new token each round: send → verdict",
 		"direct replaying the daemon's unsubscribe+resume: send → first text",
 		"direct replaying the daemon's unsubscribe+resume: send → verdict",
 		"of which: thread/unsubscribe + thread/resume",
