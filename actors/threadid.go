@@ -14,7 +14,7 @@ import (
 // reader's own decode; scanThreadID reads the top-level keys only, up to
 // "threadId" (the CLI writes it first), skipping other values without
 // decoding them, and leaves anything unusual (an escaped or non-ASCII key,
-// "threadId" in another case, an escaped id, a non-string id) to
+// "threadId" in another case, an id not plain ASCII, a non-string id) to
 // json.Unmarshal.
 func threadOf(params json.RawMessage) (threadID string, ok bool) {
 	if id, ok, sure := scanThreadID(params); sure {
@@ -62,8 +62,8 @@ func scanThreadID(b []byte) (id string, ok, sure bool) {
 				return "", false, false // null, a number, …: as json.Unmarshal says
 			}
 			end := stringEnd(b, i)
-			if end < 0 || bytes.IndexByte(b[i+1:end-1], '\\') >= 0 {
-				return "", false, false
+			if end < 0 || !plain(b[i+1:end-1]) {
+				return "", false, false // json.Unmarshal unescapes, and replaces invalid UTF-8
 			}
 			return string(b[i+1 : end-1]), true, true
 		}
@@ -87,12 +87,18 @@ func scanThreadID(b []byte) (id string, ok, sure bool) {
 // outside ASCII, and not "threadId" in another case (json.Unmarshal
 // matches field names case-insensitively, Unicode folding included).
 func plainKey(key []byte) bool {
-	for _, c := range key {
+	return plain(key) && (string(key) == "threadId" || !bytes.EqualFold(key, []byte("threadId")))
+}
+
+// plain reports a string's content that is ASCII without escapes: its
+// bytes are its value.
+func plain(s []byte) bool {
+	for _, c := range s {
 		if c == '\\' || c >= 0x80 {
 			return false
 		}
 	}
-	return string(key) == "threadId" || !bytes.EqualFold(key, []byte("threadId"))
+	return true
 }
 
 func skipSpace(b []byte, i int) int {
