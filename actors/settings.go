@@ -98,6 +98,9 @@ func (a *appServerActor) bindOpen(m openThread) (openThread, error) {
 	m.settings = s
 	if s.mcp.bound {
 		a.opening[s.mcp.key]++
+		// The URL's id stands for the token on the host's loopback: out of
+		// the CLI's stderr and its MCP startup errors in the log too.
+		a.redact.Add(a.cfg.MCPFront.Bind(s.mcp.key))
 	}
 	return m, nil
 }
