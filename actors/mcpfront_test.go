@@ -3,6 +3,7 @@ package actors
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,7 +48,8 @@ func meshURL(t *testing.T, params json.RawMessage) (url string, headers bool) {
 
 // With the front, a thread's overlay names the mesh thread's front URL
 // and no token: a round with a new token runs on the loaded thread (no
-// thread/resume); a new MCP URL reloads it, and so does a round without
+// thread/resume); a new MCP URL reloads it with a new front URL (the old
+// one answers 404), and so does a round without
 // one, which also has the front forget the key; the process's end does
 // too. The token is in nothing the CLI gets.
 func TestMCPFrontTokenNeedsNoReload(t *testing.T) {
@@ -91,8 +93,14 @@ func TestMCPFrontTokenNeedsNoReload(t *testing.T) {
 	if len(l) != 2 || l[1].Method != "thread/resume" {
 		t.Fatalf("loads %v: want a resume for a new MCP URL", l)
 	}
-	if u, _ := meshURL(t, l[1].Params); u != url {
-		t.Errorf("resumed with %q, want the mesh thread's front URL %q still", u, url)
+	url2, _ := meshURL(t, l[1].Params)
+	if url2 == url || !strings.HasPrefix(url2, "http://"+front.Addr()+mcpfront.PathPrefix) {
+		t.Errorf("resumed with %q, want a new front URL (not %q): the old MCP session must not reach the new server", url2, url)
+	}
+	if resp, err := http.Post(url, "application/json", strings.NewReader("{}")); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the old front URL answered %v, %v; want 404", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 
 	run("", "")

@@ -75,10 +75,13 @@ func (s threadSettings) bind(front *mcpfront.Front) (threadSettings, error) {
 		front.Clear(s.mcp.key)
 		s.Config = overlay("", "")
 	default:
-		if err := front.Set(s.mcp.key, s.mcp.url, s.mcp.token); err != nil {
+		// Another upstream than the key's gets a new front URL (Route):
+		// the CLI's MCP session must not reach it.
+		u, err := front.Route(s.mcp.key, s.mcp.url, s.mcp.token)
+		if err != nil {
 			return s, err // names neither the URL nor the token
 		}
-		s.Config, s.MCPUpstream, s.mcp.bound = overlay(front.Bind(s.mcp.key), ""), s.mcp.url, true
+		s.Config, s.MCPUpstream, s.mcp.bound = overlay(u, ""), s.mcp.url, true
 	}
 	return s, nil
 }
