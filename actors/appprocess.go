@@ -288,7 +288,7 @@ func (a *appServerActor) lose(lost error) {
 	}
 	a.probing = false
 	a.keying = 0
-	clear(a.loaded)
+	a.unloadAll(false)
 	a.proc = nil
 	a.gone()
 }
@@ -374,5 +374,6 @@ func (a *appServerActor) shutdown() {
 		k.timer.Stop()
 	}
 	a.failQueue(codexrpc.ErrClosed)
+	a.unloadAll(true)
 	a.proc = nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/mcpfront"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
@@ -107,6 +108,7 @@ type appServerActor struct {
 	children childThreads            // child agents' threads → their parents
 	askers   map[string]*actor.PID   // round actor id → its log, for rounds that ask (askVia)
 	loaded   map[string]loadedThread // threads the current process holds
+	opening  map[mcpfront.Key]int    // opens in flight holding a front key (settings.go)
 	calls    map[uint64]*call
 	seq      uint64
 	keying   uint64 // a key check in flight (its number): the queue waits for keyChecked
@@ -147,6 +149,7 @@ func newAppServerActor(cfg *Config, user, home string, creds *store.Credentials,
 			log:      cfg.Logger.With("user", userTag(user), "actor", "appserver"),
 			threads:  newThreadRouter(maxEarlyNotes),
 			loaded:   make(map[string]loadedThread),
+			opening:  make(map[mcpfront.Key]int),
 			calls:    make(map[uint64]*call),
 			live:     make(map[appProcess]struct{}),
 		}
@@ -234,7 +237,7 @@ func (a *appServerActor) Receive(c *actor.Context) {
 			// A round that ended without its turn's end (a stall, a failed
 			// start, the daemon stopping) may leave the turn running: the
 			// next round reloads the thread rather than join it.
-			delete(a.loaded, m.threadID)
+			a.unload(m.threadID)
 		}
 		a.touch()
 		a.holdCap()

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"github.com/meshweaver/supervisor/mcpfront"
 	"io"
 	"log/slog"
 	"sync"
@@ -109,7 +110,7 @@ func TestHungOpenThreadSynctest(t *testing.T) {
 			t.Fatal("the user actor heard of no live app-server")
 		}
 		start := time.Now()
-		e.Send(app, openThread{round: round, settings: roundSettings(&cfg, "", "", "")})
+		e.Send(app, openThread{round: round, settings: roundSettings(&cfg, mcpfront.Key{}, "", "", "")})
 		r := <-results
 		if took := time.Since(start); took != callTimeout || !errors.Is(r.err, context.DeadlineExceeded) {
 			t.Errorf("the open ended after %v with %v, want CallTimeout (%v) and DeadlineExceeded", took, r.err, callTimeout)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/mcpfront"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
@@ -24,6 +25,8 @@ type loadedThread struct {
 	fingerprint string
 	model       string // as thread/start or thread/resume answered
 	lastUse     time.Time
+	key         mcpfront.Key // its mesh thread's front key
+	front       bool         // it was given key's front URL
 }
 
 // open resumes or starts a thread for a round. A thread this process holds
@@ -32,6 +35,11 @@ type loadedThread struct {
 // ignores a resume's settings) and resumed with the round's; a refused
 // resume is the round's to handle (it starts afresh with a transcript).
 func (a *appServerActor) open(m openThread) {
+	m, err := a.bindOpen(m)
+	if err != nil {
+		a.openFailed(m, err)
+		return
+	}
 	fp := m.settings.fingerprint()
 	if m.threadID == "" {
 		a.call(codexproto.MethodThreadStart, codexproto.ThreadStartParams{
@@ -74,7 +82,7 @@ func (a *appServerActor) resume(m openThread, fp string) {
 			a.openFailed(m, err)
 			return
 		}
-		delete(a.loaded, id)
+		a.unload(id)
 		// What the thread says from here on (its MCP servers' startup) is
 		// this round's: the unsubscribe's answer came after anything the
 		// thread said before.
@@ -99,7 +107,8 @@ func (a *appServerActor) resume(m openThread, fp string) {
 // opened records a loaded thread and subscribes the round to it: the
 // round hears of its thread first, then what the thread said before.
 func (a *appServerActor) opened(m openThread, threadID, model, fp string, warm bool) {
-	a.loaded[threadID] = loadedThread{fingerprint: fp, model: model, lastUse: time.Now()}
+	a.loaded[threadID] = loadedThread{fingerprint: fp, model: model, lastUse: time.Now(), key: m.settings.mcp.key, front: m.settings.mcp.bound}
+	a.unbindOpen(m)
 	if m.round == nil { // a warm-up
 		a.warmed(m.warmReply, nil)
 		return
@@ -115,6 +124,7 @@ func (a *appServerActor) opened(m openThread, threadID, model, fp string, warm b
 // openFailed tells the round (or the warm-up's sender) that its thread
 // could not be opened.
 func (a *appServerActor) openFailed(m openThread, err error) {
+	a.unbindOpen(m)
 	if m.round == nil {
 		a.warmed(m.warmReply, err)
 		return
@@ -146,10 +156,14 @@ func (a *appServerActor) looked(l threadLookup) {
 			a.warmed(w.reply, nil) // a round runs in it: loaded, and not to be reloaded under the round
 			continue
 		}
-		o := openThread{threadID: l.threadID, settings: w.settings, warmReply: w.reply}
+		o, err := a.bindOpen(openThread{threadID: l.threadID, settings: w.settings, warmReply: w.reply})
+		if err != nil {
+			a.openFailed(o, err)
+			continue
+		}
 		fp := o.settings.fingerprint()
 		if lt, ok := a.loaded[l.threadID]; ok && lt.fingerprint == fp {
-			a.warmed(w.reply, nil)
+			a.opened(o, l.threadID, lt.model, fp, true)
 			continue
 		}
 		a.resume(o, fp)
@@ -174,7 +188,7 @@ func (a *appServerActor) unloadIdle() {
 		if _, busy := a.threads.lookup(id); busy || time.Since(lt.lastUse) < a.cfg.ThreadIdle {
 			continue
 		}
-		delete(a.loaded, id)
+		a.unload(id)
 		a.log.Debug("unloading an idle thread", "thread", id)
 		a.call(codexproto.MethodThreadUnsub, codexproto.ThreadReadParams{ThreadID: id}, "", func(_ json.RawMessage, err error) {
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/isolate"
+	"github.com/meshweaver/supervisor/mcpfront"
 	"github.com/meshweaver/supervisor/store"
 )
 
@@ -109,6 +110,12 @@ type Config struct {
 	// sandboxes); nil starts them all as the daemon's user with its view of
 	// the files, as the fakes of the tests need. serve always sets it.
 	Isolation *isolate.Node
+	// MCPFront, when set, is the daemon's loopback MCP front (one per
+	// daemon; the daemon closes it after the tree stops): a thread's
+	// overlay names its mesh thread's front URL, and each round sets where
+	// it forwards and with which bearer token, so that a new token needs
+	// no reload. Nil puts the round's MCP URL and token in the overlay.
+	MCPFront *mcpfront.Front
 	// Placement, when set, makes the daemon one member of a cluster
 	// (package cluster): the root asks it where each user's messages go
 	// and relays those owned elsewhere (relay.go). Nil: this daemon serves

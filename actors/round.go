@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/mcpfront"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
@@ -464,7 +465,8 @@ func (r *roundActor) open(threadID string) {
 
 // settings are the thread settings of this round.
 func (r *roundActor) settings() threadSettings {
-	return roundSettings(r.cfg, r.req.DeveloperInstructions, r.req.MCPURL, r.req.MCPToken)
+	return roundSettings(r.cfg, mcpfront.Key{User: r.req.User, Thread: r.req.Thread}, r.req.DeveloperInstructions,
+		r.req.MCPURL, r.req.MCPToken)
 }
 
 // threadOpened starts the turn in the opened thread, or starts afresh when
@@ -599,7 +601,9 @@ func (r *roundActor) seeded(journal []store.Turn) string {
 const MaxInputChars = 1 << 20
 
 // overlay is a thread's config overlay: the mesh's MCP back-connection,
-// in the CLI's own snake_case keys.
+// in the CLI's own snake_case keys. With the daemon's MCP front mcpURL is
+// the mesh thread's front URL and mcpToken is empty (the front adds it;
+// see threadSettings.bind).
 func overlay(mcpURL, mcpToken string) map[string]any {
 	if mcpURL == "" {
 		// A thread keeps the overlay it was last loaded with: a round

@@ -1,8 +1,6 @@
 package actors
 
 import (
-	"encoding/json"
-
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
@@ -27,18 +25,6 @@ type threadRouter struct {
 
 func newThreadRouter(limit int) threadRouter {
 	return threadRouter{limit: limit, subs: make(map[string]subscribe), early: make(map[string][]*codexrpc.Notification), left: make(map[string]bool)}
-}
-
-// threadOf is the threadId of a notification's or a request's params
-// ("" when none); ok is false when params are not a JSON object.
-func threadOf(params json.RawMessage) (threadID string, ok bool) {
-	var head struct {
-		ThreadID string `json:"threadId"`
-	}
-	if json.Unmarshal(params, &head) != nil {
-		return "", false
-	}
-	return head.ThreadID, true
 }
 
 // subscribe routes s.threadID to s.round from now on, and returns what the

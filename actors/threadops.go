@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/mcpfront"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
@@ -128,7 +129,7 @@ func (o *threadOpActor) looked(l threadLookup) {
 	case messages.CompactThread:
 		// Compaction needs the thread loaded: it is opened like a round's
 		// (with no MCP back-connection), and this actor hears its turn.
-		o.engine.Send(o.codex, openThread{round: o.self, threadID: o.threadID, settings: roundSettings(o.cfg, "", "", "")})
+		o.engine.Send(o.codex, openThread{round: o.self, threadID: o.threadID, settings: roundSettings(o.cfg, mcpfront.Key{}, "", "", "")}) // no MCP: no key of the front
 	}
 }
 

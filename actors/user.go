@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/meshweaver/supervisor/mcpfront"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
@@ -149,7 +150,7 @@ func (u *userActor) Receive(c *actor.Context) {
 	case messages.WarmUp:
 		u.active()
 		c.Send(u.codex, warmUp{key: m.Thread, reply: c.Sender(), secrets: []string{m.MCPToken},
-			settings: roundSettings(u.cfg, m.DeveloperInstructions, m.MCPURL, m.MCPToken)})
+			settings: roundSettings(u.cfg, mcpfront.Key{User: u.user, Thread: m.Thread}, m.DeveloperInstructions, m.MCPURL, m.MCPToken)})
 	}
 }
 

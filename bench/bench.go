@@ -213,11 +213,17 @@ type roundOutcome struct {
 // daemonRound runs one round through the daemon and times it from the
 // send: to the first text event, to the verdict.
 func daemonRound(ctx context.Context, c *client.Client, user, thread, text string) (roundOutcome, error) {
+	return daemonRoundReq(ctx, c, messages.StartRound{User: user, Thread: thread, Text: text})
+}
+
+// daemonRoundReq is daemonRound with the whole request.
+func daemonRoundReq(ctx context.Context, c *client.Client, req messages.StartRound) (roundOutcome, error) {
+	user, thread := req.User, req.Thread
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
 	var out roundOutcome
 	start := time.Now()
-	rd, err := c.Round(ctx, messages.StartRound{User: user, Thread: thread, Text: text})
+	rd, err := c.Round(ctx, req)
 	if err != nil {
 		return out, err
 	}

@@ -12,7 +12,9 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
+	"github.com/meshweaver/supervisor/testkit/mcpserver"
 	"github.com/prometheus/procfs"
 )
 
@@ -39,8 +41,9 @@ func (r *run) realRounds(ctx context.Context) (err error) {
 	return r.evicted(ctx)
 }
 
-// warm: the same thread, round after round, in a live app-server; and two
-// more sides, direct clients that replay what today's daemon asks the CLI
+// warm: the same thread, round after round, in a live app-server; the
+// same with the mesh's MCP back-connection (a test MCP server) and a new
+// bearer token every round, as a mesh sends them; and two more sides, direct clients that replay what today's daemon asks the CLI
 // before each turn (thread/unsubscribe, thread/resume), with and without
 // the daemon's config overlay, which split the daemon's extra time into
 // the CLI's part and the daemon's own.
@@ -74,7 +77,12 @@ func (r *run) warm(ctx context.Context, c *client.Client, homes string) error {
 			return err
 		}
 	}
-	var daemon, direct timings
+	mcp, err := mcpserver.Start(mcpserver.Options{})
+	if err != nil {
+		return err
+	}
+	defer mcp.Close()
+	var daemon, withMCP, direct timings
 	var cpuDaemon, cpuDirect float64
 	// Round 0 of each side makes the thread (and loads the app-server);
 	// it is not a warm round.
@@ -91,6 +99,11 @@ func (r *run) warm(ctx context.Context, c *client.Client, homes string) error {
 			return err
 		}
 		cpu1, cpu2 := cpuTime(pid), cpuTime(dc.PID())
+		m, err := daemonRoundReq(ctx, c, messages.StartRound{User: "warm", Thread: "w-mcp", Text: text,
+			MCPURL: mcp.URL(), MCPToken: fmt.Sprintf("bench-token-%d", i)})
+		if err != nil {
+			return err
+		}
 		t, err := r.directTurn(ctx, dc, thread)
 		if err != nil {
 			return err
@@ -103,11 +116,13 @@ func (r *run) warm(ctx context.Context, c *client.Client, homes string) error {
 		}
 		if i > 0 {
 			daemon.add(o.Timing)
+			withMCP.add(m.Timing)
 			direct.add(t)
 			cpuDaemon, cpuDirect = cpuDaemon+cpu1-cpu0, cpuDirect+cpu3-cpu2
 		}
 	}
 	r.pair("warm round", &daemon, &direct, "direct client", "")
+	r.pair("warm round, MCP with a new token each round", &withMCP, &direct, "direct client (no MCP)", "")
 	for _, rp := range replays {
 		r.pair(rp.name, &rp.t, &direct, "direct client", "")
 		r.rows = append(r.rows, row("of which: thread/unsubscribe + thread/resume", "ms", rp.reload, "direct: send → verdict", ms(direct.whole), ""))

@@ -138,3 +138,16 @@ func is[T any](m any) bool {
 	_, ok := m.(T)
 	return ok
 }
+
+// WarmUp asks the daemon to start req.User's codex app-server and, given
+// req.Thread, to load that mesh thread's codex thread with the settings
+// the next round will send (req.DeveloperInstructions, MCPURL, MCPToken),
+// so that the round runs warm. It returns once the daemon answers; an
+// answer whose Error says why nothing could be made ready is not an error.
+func (c *Client) WarmUp(ctx context.Context, req messages.WarmUp) (messages.WarmedUp, error) {
+	m, err := c.request(ctx, req, is[messages.WarmedUp])
+	if err != nil {
+		return messages.WarmedUp{}, err
+	}
+	return m.(messages.WarmedUp), nil
+}

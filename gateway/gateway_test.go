@@ -53,6 +53,8 @@ func stubRoot(c *actor.Context) {
 		c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Status: messages.StatusCompleted})
 	case messages.InterruptRound:
 		c.Engine().Send(c.Sender(), messages.RoundControlled{RoundID: m.RoundID, OK: true})
+	case messages.WarmUp:
+		c.Engine().Send(c.Sender(), messages.WarmedUp{User: m.User})
 	}
 }
 
@@ -183,6 +185,11 @@ func TestRoundStreamAndAttach(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || strings.TrimSpace(string(b)) != `{"ok":true,"round_id":"r-1"}` {
 		t.Errorf("interrupt: %d %s", resp.StatusCode, b)
+	}
+	resp = post(t, base+"/v1/warm_up", `{"user":"ann","thread":"t1","mcp_url":"https://mesh.example/mcp","mcp_token":"tok"}`)
+	b, _ = io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || strings.TrimSpace(string(b)) != `{"user":"ann"}` {
+		t.Errorf("warm_up: %d %s", resp.StatusCode, b)
 	}
 }
 

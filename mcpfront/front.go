@@ -3,6 +3,8 @@ package mcpfront
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,8 +50,8 @@ type Options struct {
 	HeaderTimeout time.Duration
 	// DialTimeout bounds a connection attempt (DefaultDialTimeout when zero).
 	DialTimeout time.Duration
-	// Logger receives forwarding failures, never a token or an upstream
-	// URL's path or query (slog.Default when nil).
+	// Logger receives forwarding failures, never a token, an upstream
+	// URL's path or query, or a raw user id (slog.Default when nil).
 	Logger *slog.Logger
 }
 
@@ -176,22 +178,53 @@ func (f *Front) bindLocked(key Key) *route {
 // key if it was not. The next request through the URL uses them; one
 // already forwarded keeps what it had.
 func (f *Front) Set(key Key, upstream, token string) error {
-	u, err := url.Parse(upstream)
+	u, err := parseUpstream(upstream, token)
 	if err != nil {
-		// The parse error quotes the URL, which may hold a secret.
-		return errors.New("mcpfront: the upstream is not a valid URL")
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errors.New("mcpfront: the upstream must be an absolute http or https URL")
-	}
-	if strings.ContainsAny(token, "\r\n") {
-		return errors.New("mcpfront: the token holds a line break")
+		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r := f.bindLocked(key)
 	r.upstream, r.token = u, token
 	return nil
+}
+
+// Route is Set for a thread about to run a round, and returns the key's
+// URL: if the key forwards to another upstream already, it is forgotten
+// first and gets a new URL, so that what a client still sends through
+// the old one (an MCP session's DELETE, with its Mcp-Session-Id) answers
+// 404 instead of reaching the new upstream. A new token alone keeps the
+// URL.
+func (f *Front) Route(key Key, upstream, token string) (string, error) {
+	u, err := parseUpstream(upstream, token)
+	if err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r, ok := f.byKey[key]; ok && r.upstream != nil && r.upstream.String() != u.String() {
+		delete(f.byKey, key)
+		delete(f.byID, r.id)
+	}
+	r := f.bindLocked(key)
+	r.upstream, r.token = u, token
+	return f.base + PathPrefix + r.id, nil
+}
+
+// parseUpstream checks Set's upstream and token.
+func parseUpstream(upstream, token string) (*url.URL, error) {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		// The parse error quotes the URL, which may hold a secret.
+		return nil, errors.New("mcpfront: the upstream is not a valid URL")
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("mcpfront: the upstream must be an absolute http or https URL")
+	}
+	if strings.ContainsAny(token, "\r\n") {
+		return nil, errors.New("mcpfront: the token holds a line break")
+	}
+	return u, nil
 }
 
 // Clear removes the key's upstream and token: its URL answers 404 until
@@ -300,7 +333,7 @@ func (f *Front) fail(w http.ResponseWriter, r *http.Request, key Key, host strin
 	case r.Context().Err() != nil:
 		// The client went away (or the front is closing): nobody reads
 		// the answer.
-		f.log.Debug("mcp front: request ended by its client", "user", key.User)
+		f.log.Debug("mcp front: request ended by its client", "user", userTag(key.User))
 		w.WriteHeader(http.StatusBadGateway)
 		return
 	case errors.As(err, &ne) && ne.Timeout():
@@ -310,6 +343,13 @@ func (f *Front) fail(w http.ResponseWriter, r *http.Request, key Key, host strin
 	if errors.As(err, &ue) {
 		err = ue.Err // its message quotes the URL
 	}
-	f.log.Warn("mcp front: forwarding failed", "user", key.User, "upstream", host, "status", status, "err", err)
+	f.log.Warn("mcp front: forwarding failed", "user", userTag(key.User), "upstream", host, "status", status, "err", err)
 	http.Error(w, msg+" ("+strconv.Itoa(status)+")", status)
+}
+
+// userTag names a user in logs as the daemon's actors do (a short stable
+// hash), never by the raw id.
+func userTag(user string) string {
+	sum := sha256.Sum256([]byte("user:" + user))
+	return "u-" + hex.EncodeToString(sum[:4])
 }

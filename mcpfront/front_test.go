@@ -147,6 +147,39 @@ func TestForwardsWithTheCurrentToken(t *testing.T) {
 	}
 }
 
+// Route keeps the key's URL for a new token, and mints a new one for a
+// new upstream: the old URL is 404, so what a client still sends through
+// it (a session's DELETE) never reaches the new upstream.
+func TestRouteNewUpstreamNewURL(t *testing.T) {
+	f, _ := newFront(t, Options{})
+	up1, got1 := recorder(t)
+	up2, got2 := recorder(t)
+	key := Key{User: "ann", Thread: "t1"}
+	u1, err := f.Route(key, up1.URL+"/mcp", "tok-one")
+	if err != nil || u1 != f.Bind(key) {
+		t.Fatalf("Route = %q, %v; want the key's URL %q", u1, err, f.Bind(key))
+	}
+	if again, err := f.Route(key, up1.URL+"/mcp", "tok-two"); err != nil || again != u1 {
+		t.Errorf("Route with a new token = %q, %v; want the same URL %q", again, err, u1)
+	}
+	u2, err := f.Route(key, up2.URL+"/mcp", "tok-two")
+	if err != nil || u2 == u1 || u2 != f.Bind(key) {
+		t.Fatalf("Route to a new upstream = %q, %v; want a new URL (not %q)", u2, err, u1)
+	}
+	if resp, _ := do(t, http.MethodDelete, u1, "", ""); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the old URL answered %d, want 404", resp.StatusCode)
+	}
+	if resp, _ := do(t, http.MethodPost, u2, "", "{}"); resp.StatusCode != 200 {
+		t.Errorf("the new URL answered %d, want 200", resp.StatusCode)
+	}
+	if g1, g2 := got1(), got2(); len(g1) != 0 || len(g2) != 1 || g2[0].auth != "Bearer tok-two" {
+		t.Errorf("upstreams got %+v and %+v, want nothing and one request with the token", g1, g2)
+	}
+	if _, err := f.Route(key, "ftp://x", "t"); err == nil {
+		t.Errorf("Route took an ftp upstream")
+	}
+}
+
 func TestUnknownClearedAndForgottenAre404(t *testing.T) {
 	f, _ := newFront(t, Options{})
 	up, got := recorder(t)
@@ -317,7 +350,7 @@ func TestUpstreamDownIsAClear502(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	key := Key{User: "ann", Thread: "t"}
+	key := Key{User: "user-secret-id", Thread: "t"}
 	if err := f.Set(key, "http://"+addr+"/secret-path?k=secret-query", "tok-secret"); err != nil {
 		t.Fatal(err)
 	}
@@ -327,11 +360,11 @@ func TestUpstreamDownIsAClear502(t *testing.T) {
 	}
 	for _, s := range []string{body, logs.String()} {
 		if strings.Contains(s, "secret") {
-			t.Errorf("the token or the upstream's path leaked: %q", s)
+			t.Errorf("the token, the upstream's path or the raw user id leaked: %q", s)
 		}
 	}
-	if !strings.Contains(logs.String(), "forwarding failed") {
-		t.Errorf("no log of the failure: %s", logs.String())
+	if !strings.Contains(logs.String(), "forwarding failed") || !strings.Contains(logs.String(), "user="+userTag(key.User)) {
+		t.Errorf("no log of the failure naming the user's tag: %s", logs.String())
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/bench"
+	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 )
 
@@ -145,6 +148,13 @@ func benchOptions(exe string) bench.Options {
 		},
 		FakeLaunch: func(fake fakeappserver.Config) (string, []string, []string, error) {
 			return exe, []string{benchFakeCommand}, []string{fakeappserver.Env(fake)}, nil
+		},
+		WarmUp: func(ctx context.Context, c *client.Client, user, thread string) error {
+			ans, err := c.WarmUp(ctx, messages.WarmUp{User: user, Thread: thread})
+			if err == nil && ans.Error != "" {
+				err = errors.New(ans.Error)
+			}
+			return err
 		},
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/meshweaver/supervisor/bench"
 	"github.com/meshweaver/supervisor/client"
-	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 )
@@ -57,6 +55,8 @@ func TestBenchSmall(t *testing.T) {
 	}
 	wantRows := []string{
 		"warm round: send → first text", "warm round: send → verdict",
+		"warm round, MCP with a new token each round: send → first text",
+		"warm round, MCP with a new token each round: send → verdict",
 		"direct replaying the daemon's unsubscribe+resume: send → first text",
 		"direct replaying the daemon's unsubscribe+resume: send → verdict",
 		"of which: thread/unsubscribe + thread/resume",
@@ -64,6 +64,7 @@ func TestBenchSmall(t *testing.T) {
 		"direct with unsubscribe+resume, no config overlay: send → verdict",
 		"of which: thread/unsubscribe + thread/resume", "app-server CPU per warm round",
 		"cold round (new user): send → first text", "cold round (new user): send → verdict",
+		"first round after a warm-up: send → first text", "first round after a warm-up: send → verdict",
 		"2 users at once: send → first text", "2 users at once: send → verdict",
 		"app-server RSS per live user", "daemon heap per live user",
 		"warm round, 20 mesh threads: send → first text", "warm round, 20 mesh threads: send → verdict",
@@ -102,10 +103,9 @@ func TestBenchRefusesBadCounts(t *testing.T) {
 	}
 }
 
-// TestBenchWarmUpRow: with a WarmUp hook the rounds phase adds the row of
-// the first round after a warm-up, and the hook ran before each of those
-// rounds. The hook here stands in for the WarmUp message: a round on
-// another thread of the user, which starts its app-server.
+// TestBenchWarmUpRow: with the WarmUp hook (client.WarmUp) the rounds
+// phase adds the row of the first round after a warm-up, and the hook ran,
+// and was answered without an error, before each of those rounds.
 func TestBenchWarmUpRow(t *testing.T) {
 	bin, err := codexhome.CodexBin()
 	if err != nil {
@@ -121,17 +121,10 @@ func TestBenchWarmUpRow(t *testing.T) {
 	opts.Counts = bench.Counts{Rounds: 1, Cold: 2, Evict: 1, Users: 1, Batches: 1, Events: 1, Floods: 1,
 		IdleUsers: 1, RegistryThreads: 2, Fallbacks: 1, MCPCalls: 1}
 	var warmed []string
+	warmUp := opts.WarmUp
 	opts.WarmUp = func(ctx context.Context, c *client.Client, user, thread string) error {
 		warmed = append(warmed, user+"/"+thread)
-		r, err := c.Round(ctx, messages.StartRound{User: user, Thread: thread + "-warm", Text: "hi"})
-		if err != nil {
-			return err
-		}
-		v, err := r.Wait()
-		if err == nil && v.Status != messages.StatusCompleted {
-			err = fmt.Errorf("warm-up round: %s", v.Status)
-		}
-		return err
+		return warmUp(ctx, c, user, thread)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

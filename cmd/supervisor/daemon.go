@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/edge"
+	"github.com/meshweaver/supervisor/mcpfront"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
@@ -23,6 +24,7 @@ type daemon struct {
 	rem    *remote.Remote
 	root   *actor.PID
 	log    *slog.Logger
+	front  *mcpfront.Front // the threads' MCP front; closed after the tree stops
 }
 
 // edgeOptions are the settings of the daemon's remote edge.
@@ -89,12 +91,23 @@ func startDaemonEdge(listen string, tlsConf *tls.Config, cfg actors.Config, eo e
 	}
 	engine.Store(e)
 	cfg.Hold = rem.Hold
+	// The MCP front before the tree, whose threads are pointed at it; it
+	// is closed after the tree (stop), when no thread uses it any more.
+	front := cfg.MCPFront
+	if front == nil {
+		if front, err = mcpfront.New(mcpfront.Options{Logger: cfg.Logger}); err != nil {
+			rem.Stop().Wait()
+			return nil, nil, err
+		}
+		cfg.MCPFront = front
+	}
 	root, err := actors.SpawnRoot(e, cfg)
 	if err != nil {
 		rem.Stop().Wait()
+		_ = front.Close()
 		return nil, nil, err
 	}
-	return &daemon{engine: e, rem: rem, root: root, log: cfg.Logger}, gate, nil
+	return &daemon{engine: e, rem: rem, root: root, log: cfg.Logger, front: front}, gate, nil
 }
 
 // newRemoteEngine is an engine behind a remote listening on listen (mutual
@@ -133,6 +146,9 @@ func (d *daemon) stop(timeout time.Duration) error {
 	<-d.engine.PoisonCtx(ctx, d.root).Done()
 	err := ctx.Err()
 	d.rem.Stop().Wait()
+	if d.front != nil {
+		_ = d.front.Close() // after the tree: its app-servers, the front's clients, are gone
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("the actor tree did not stop within %v", timeout)
 	}

@@ -1,0 +1,115 @@
+package actors
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// threadOfDecoded is threadOf by a full decode: what the scan must agree
+// with.
+func threadOfDecoded(params []byte) (string, bool) {
+	var head struct {
+		ThreadID string `json:"threadId"`
+	}
+	if json.Unmarshal(params, &head) != nil {
+		return "", false
+	}
+	return head.ThreadID, true
+}
+
+var threadOfSeeds = []string{
+	`{"threadId":"t1","turnId":"u"}`,
+	`{"turnId":"u","threadId":"t2"}`,
+	` { "threadId" : "t3" } `,
+	`{"item":{"threadId":"nested","text":"a \"threadId\":\"x\" b"},"threadId":"t4"}`,
+	`{"delta":"x\\\"threadId\":\"no","threadId":"t5"}`,
+	`{"a":[1,{"b":[]},"]"],"n":-1.5e3,"t":true,"z":null,"threadId":"t6"}`,
+	`{"threadId":null}`,
+	`{"threadId":7}`,
+	`{"threadId":"esc\u0041aped"}`,
+	`{"thread\u0049d":"escaped key"}`,
+	`{"turnId":"u"}`,
+	`{}`,
+	`[1]`,
+	``,
+	`null`,
+	`{"threadId":"a","threadId":"b"}`,
+}
+
+// The scan agrees with a full decode on every valid JSON input (the Conn's
+// reader hands the actor nothing else), the tricky ones above included.
+func TestThreadOfAgreesWithDecode(t *testing.T) {
+	for _, s := range threadOfSeeds {
+		if !json.Valid([]byte(s)) {
+			continue
+		}
+		if s == `{"threadId":"a","threadId":"b"}` {
+			continue // duplicate keys: the CLI never writes them (the scan takes the first)
+		}
+		id, ok := threadOf([]byte(s))
+		wid, wok := threadOfDecoded([]byte(s))
+		if id != wid || ok != wok {
+			t.Errorf("threadOf(%s) = %q, %v; a decode says %q, %v", s, id, ok, wid, wok)
+		}
+	}
+}
+
+func FuzzThreadOf(f *testing.F) {
+	for _, s := range threadOfSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b := []byte(s)
+		id, ok := threadOf(b) // never panics, on any input
+		if !json.Valid(b) {
+			return
+		}
+		var keys map[string]json.RawMessage
+		if json.Unmarshal(b, &keys) == nil && countKey(b) > 1 {
+			return // duplicate keys
+		}
+		if wid, wok := threadOfDecoded(b); id != wid || ok != wok {
+			t.Errorf("threadOf(%s) = %q, %v; a decode says %q, %v", s, id, ok, wid, wok)
+		}
+	})
+}
+
+// countKey counts the top-level "threadId" keys of an object.
+func countKey(b []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0
+	}
+	n := 0
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return n
+		}
+		if tok == "threadId" {
+			n++
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return n
+		}
+	}
+	return n
+}
+
+// A delta notification's params, as the CLI writes them.
+var deltaParams = []byte(`{"threadId":"019a0c4e-7d1b-7c12-9e55-2f3c8b7a1d20","turnId":"019a0c4e-8a2f-7e01-b3c4-5d6e7f809a1b","itemId":"msg_0a1b2c3d4e5f","delta":" weather"}`)
+
+func BenchmarkThreadOf(b *testing.B) {
+	b.Run("scan", func(b *testing.B) {
+		for b.Loop() {
+			threadOf(deltaParams)
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		for b.Loop() {
+			threadOfDecoded(deltaParams)
+		}
+	})
+}
