@@ -105,6 +105,11 @@ type Config struct {
 	// and relays those owned elsewhere (relay.go). Nil: this daemon serves
 	// every user.
 	Placement Placement
+	// Member is this daemon's cluster member id ("" outside a cluster). It
+	// goes, with the kernel's boot id, into each app-server's pid record,
+	// so a member reaping at its start leaves the other members' alone
+	// (ReapMemberOrphans).
+	Member string
 	// Logger receives everything (slog.Default when nil).
 	Logger *slog.Logger
 	// Metrics receives the counters (unregistered ones when nil).
