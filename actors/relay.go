@@ -315,6 +315,7 @@ func (r *rootActor) fence(c *actor.Context) {
 	for _, u := range r.users {
 		if !u.stopping {
 			u.stopping = true
+			u.fenced.Store(true) // before the stop: its round logs read it
 			c.Engine().Poison(u.pid)
 			n++
 		}

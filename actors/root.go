@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshweaver/supervisor/messages"
@@ -41,6 +42,9 @@ type userEntry struct {
 	// pending (bounded) and go to its next actor.
 	stopping bool
 	pending  []pendingMsg
+	// fenced: the actor was stopped by a fence (Fence); its rounds'
+	// requests point here (roundRequest.fenced).
+	fenced *atomic.Bool
 }
 
 type pendingMsg struct {
@@ -332,7 +336,7 @@ func (r *rootActor) ensureUser(c *actor.Context, id string) error {
 func (r *rootActor) spawnUser(c *actor.Context, id, home string) {
 	r.cfg.Metrics.Users.Inc()
 	pid := c.SpawnChild(newUserActor(r.cfg, id, home, r.cap), "user", spawnOpts(id, r.log, nil)...)
-	r.users[id] = &userEntry{pid: pid}
+	r.users[id] = &userEntry{pid: pid, fenced: new(atomic.Bool)}
 }
 
 // sendUser hands msg (from sender) to the user's actor, or keeps it for
@@ -351,6 +355,10 @@ func (r *rootActor) sendUser(c *actor.Context, id string, msg any, sender *actor
 		}
 		u.pending = append(u.pending, pendingMsg{msg: msg, sender: sender})
 		return
+	}
+	if req, ok := msg.(roundRequest); ok {
+		req.fenced = u.fenced // this actor's, not a fenced predecessor's
+		msg = req
 	}
 	u.sent++
 	c.Engine().SendWithSender(u.pid, msg, sender)
