@@ -27,6 +27,11 @@ func TestFenceRoundFailedRetryable(t *testing.T) {
 
 	// After the fence the member serves again with a fresh actor: a round
 	// it stops is not taken for a fenced one.
+	poll(t, waitFor, "alice released", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.released) == 1
+	})
 	m2 := messages.StartRound{User: "alice", Thread: "t1", Text: "again", RoundID: newRoundID()}
 	r2 := h.heldRound(c, m2)
 	if r2.verdict.Retryable || strings.Contains(r2.verdict.Error, "fenced") {
