@@ -142,7 +142,7 @@ func (a *appServerActor) launch() {
 			if len(cfg.Wrapper) > 0 {
 				exe = cfg.Wrapper[0] // the pid is bubblewrap's
 			}
-			if err := store.WriteProcRecord(record, store.ProcRecord{PID: p.PID(), StartTime: st, Exe: exe}); err != nil {
+			if err := store.WriteProcRecord(record, a.procRecord(p.PID(), st, exe)); err != nil {
 				a.log.Warn("recording the app-server's pid", "err", err)
 			}
 		}
@@ -376,4 +376,17 @@ func (a *appServerActor) shutdown() {
 	a.failQueue(codexrpc.ErrClosed)
 	a.unloadAll(true)
 	a.proc = nil
+}
+
+// procRecord is the pid record of a started app-server: in a cluster it
+// names the member and this kernel's boot (store.ProcRecord v2), so that
+// no other member's start reaps it and no other machine signals its pid.
+func (a *appServerActor) procRecord(pid int, start uint64, exe string) store.ProcRecord {
+	rec := store.ProcRecord{PID: pid, StartTime: start, Exe: exe, Member: a.cfg.Member}
+	if rec.Member != "" {
+		if boot, err := procs.BootID(); err == nil {
+			rec.Boot = boot
+		}
+	}
+	return rec
 }

@@ -121,6 +121,11 @@ type Config struct {
 	// and relays those owned elsewhere (relay.go). Nil: this daemon serves
 	// every user.
 	Placement Placement
+	// Member is this daemon's cluster member id ("" outside a cluster). It
+	// goes, with the kernel's boot id, into each app-server's pid record,
+	// so a member reaping at its start leaves the other members' alone
+	// (ReapMemberOrphans).
+	Member string
 	// Logger receives everything (slog.Default when nil).
 	Logger *slog.Logger
 	// Metrics receives the counters (unregistered ones when nil).
@@ -131,16 +136,21 @@ type Config struct {
 }
 
 // Placement says which cluster member serves a user. cluster.Node
-// implements it; every method is safe for concurrent use and Owner is
-// bounded (a local owner answers from memory, anything else in at most one
-// etcd round trip under a deadline).
+// implements it; every method is safe for concurrent use, Known never
+// leaves memory, and Owner is bounded (a local owner answers from memory,
+// anything else in at most one etcd round trip under a deadline).
 type Placement interface {
 	// Owner says where user's messages go: local when this member serves
 	// the user now (claiming it if needed), else addr is the remote address
 	// of the member to forward to. hops is how often the message was
 	// forwarded already. An error means "not now" (fenced, ownership
 	// moving): the message is refused as retryable.
+	// The root calls it on a goroutine of its own, never in Receive.
 	Owner(user string, hops int) (local bool, addr string, err error)
+	// Known answers Owner from memory, without a network call (the root
+	// calls it in Receive): a user this member owns is local, a fenced
+	// member answers the error. known is false when only Owner can tell.
+	Known(user string) (local, known bool, err error)
 	// Watch returns a channel closed when the member at addr leaves the
 	// cluster (dies, is fenced or stops).
 	Watch(addr string) <-chan struct{}

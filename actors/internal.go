@@ -2,6 +2,7 @@ package actors
 
 import (
 	"encoding/json"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproto"
@@ -18,6 +19,11 @@ type roundRequest struct {
 	messages.StartRound
 	replyTo *actor.PID
 	release func() // ends the hold on replyTo's address; nil when none
+	// fenced is set by the root when it fences the user actor the round
+	// went to (sendUser stamps it): the round log then ends the round
+	// failed and retryable, not interrupted. Nil in tests that build
+	// requests by hand.
+	fenced *atomic.Bool
 }
 
 // settle is the end of an admitted round, called once with its verdict:

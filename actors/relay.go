@@ -53,7 +53,9 @@ type relayActor struct {
 	to      *actor.PID // the owner's root
 	msg     any        // what is forwarded (a StartRound has its ReplyTo cleared)
 	replyTo *actor.PID // the original caller
-	round   *messages.StartRound
+	// round: a StartRound or an AttachRound, which stream events and a
+	// verdict (the round's id and thread; an attach knows no thread).
+	round   *roundRef
 	release func() // the hold on the caller's address and the drain gate; nil when none
 	gone    <-chan struct{}
 
@@ -62,12 +64,18 @@ type relayActor struct {
 	done bool
 }
 
+// roundRef names the round a relay streams.
+type roundRef struct{ id, thread string }
+
 func newRelay(cfg *Config, to *actor.PID, msg any, replyTo *actor.PID, release func(), gone <-chan struct{}) actor.Producer {
 	return func() actor.Receiver {
 		r := &relayActor{cfg: cfg, log: cfg.Logger.With("actor", "relay", "owner", to.Address),
 			to: to, msg: msg, replyTo: replyTo, release: release, gone: gone, stop: make(chan struct{})}
-		if sr, ok := msg.(messages.StartRound); ok {
-			r.round = &sr
+		switch m := msg.(type) {
+		case messages.StartRound:
+			r.round = &roundRef{id: m.RoundID, thread: m.Thread}
+		case messages.AttachRound:
+			r.round = &roundRef{id: m.RoundID}
 		}
 		return r
 	}
@@ -157,9 +165,9 @@ func (r *relayActor) mine(msg any) bool {
 	}
 	switch m := msg.(type) {
 	case messages.RoundEvent:
-		return m.RoundID == r.round.RoundID
+		return m.RoundID == r.round.id
 	case messages.RoundFinished:
-		return m.RoundID == r.round.RoundID
+		return m.RoundID == r.round.id
 	}
 	return true
 }
@@ -178,7 +186,7 @@ func (r *relayActor) fail(c *actor.Context, why string) {
 func (r *relayActor) verdict(c *actor.Context, why string) {
 	if r.round != nil {
 		deliver(c.Engine(), r.replyTo, messages.RoundFinished{
-			RoundID: r.round.RoundID, Thread: r.round.Thread, Status: messages.StatusFailed,
+			RoundID: r.round.id, Thread: r.round.thread, Status: messages.StatusFailed,
 			Error: why, Retryable: true,
 		}, r.log)
 		r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusFailed)).Inc()
@@ -227,53 +235,160 @@ func relayHops(sender *actor.PID, self string) int {
 	return n
 }
 
-// place asks the cluster where user's message goes (always here without
-// a Placement). False means the message is taken care of: relayed to the
-// member that owns the user, or refused as retryable.
-func (r *rootActor) place(c *actor.Context, user string, msg any, replyTo *actor.PID) bool {
+// placeReq is a message for a user that waits for its placement.
+type placeReq struct {
+	msg     any
+	replyTo *actor.PID
+	hops    int
+	then    func(*actor.Context) // where it goes on once the user is placed here
+}
+
+// placed is the answer of a lookup of user's owner, for messages of hops.
+type placed struct {
+	user  string
+	hops  int
+	local bool
+	addr  string
+	err   error
+}
+
+// place finds where user's message goes (always here without a
+// Placement): here, it goes on with then; at another member, it is
+// relayed there; when no member can serve the user, it is refused as
+// retryable. Receive never waits for the cluster: what the member knows
+// (a user it owns, its fence) is answered from memory, anything else is
+// looked up on a goroutine of the root and answered by a placed message;
+// meanwhile the user's further messages wait, in order (placing).
+func (r *rootActor) place(c *actor.Context, user string, msg any, replyTo *actor.PID, then func(*actor.Context)) {
 	if r.cfg.Placement == nil {
-		return true
+		then(c)
+		return
 	}
-	hops := relayHops(c.Sender(), c.Engine().Address())
-	local, addr, err := r.cfg.Placement.Owner(user, hops)
+	r.placeOne(c, user, placeReq{msg: msg, replyTo: replyTo, hops: relayHops(c.Sender(), c.Engine().Address()), then: then})
+}
+
+func (r *rootActor) placeOne(c *actor.Context, user string, q placeReq) {
+	if waiting, ok := r.placing[user]; ok {
+		if len(waiting) >= maxPending {
+			r.refuse(c, q, messages.StatusBusy, "too many messages for this user at once", false)
+			return
+		}
+		r.placing[user] = append(waiting, q)
+		return
+	}
+	if local, known, err := r.cfg.Placement.Known(user); known {
+		r.placeDone(c, user, q, local, "", err)
+		return
+	}
+	r.placing[user] = []placeReq{q}
+	r.lookups.Add(1)
+	e, self, p := c.Engine(), c.PID(), r.cfg.Placement
+	go func() {
+		defer r.lookups.Done()
+		local, addr, err := p.Owner(user, q.hops)
+		e.Send(self, placed{user: user, hops: q.hops, local: local, addr: addr, err: err})
+	}()
+}
+
+// placed applies a lookup's answer to the messages that waited for it;
+// from the first one of another hop count on (its answer may differ),
+// they are placed afresh, in order.
+func (r *rootActor) placed(c *actor.Context, m placed) {
+	queue := r.placing[m.user]
+	delete(r.placing, m.user)
+	if m.err == nil && m.local {
+		if _, known, err := r.cfg.Placement.Known(m.user); known && err != nil {
+			m.local, m.err = false, err // fenced while it looked
+		}
+	}
+	for i, q := range queue {
+		if q.hops != m.hops {
+			for _, rest := range queue[i:] {
+				r.placeOne(c, m.user, rest)
+			}
+			return
+		}
+		r.placeDone(c, m.user, q, m.local, m.addr, m.err)
+	}
+}
+
+// placeDone sends q where the answer says.
+func (r *rootActor) placeDone(c *actor.Context, user string, q placeReq, local bool, addr string, err error) {
 	if err == nil && local {
-		return true
+		q.then(c)
+		return
 	}
 	if err == nil && (addr == "" || addr == c.Engine().Address()) {
 		err = fmt.Errorf("the cluster placed the user on this member's own address %q without claiming it", addr)
 	}
 	if err != nil {
 		r.log.Warn("cannot place a user's message", "user", userTag(user), "err", err)
-		if sr, ok := msg.(messages.StartRound); ok {
-			r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusUnavailable)).Inc()
-			deliver(c.Engine(), replyTo, messages.RoundFinished{RoundID: sr.RoundID, Thread: sr.Thread,
-				Status: messages.StatusUnavailable, Error: "no member can serve this user now: " + err.Error(), Retryable: true}, r.log)
-		} else {
-			deliver(c.Engine(), replyTo, messages.NewRejected(msg, fmt.Errorf("%w: no member can serve this user now: %v", messages.ErrInvalid, err)), r.log)
-		}
-		return false
+		r.refuse(c, q, messages.StatusUnavailable, "no member can serve this user now: "+err.Error(), true)
+		return
 	}
+	r.relay(c, addr, q)
+}
+
+// refuse answers a message that will not be served: a round gets a
+// verdict of status, anything else a rejection.
+func (r *rootActor) refuse(c *actor.Context, q placeReq, status messages.VerdictStatus, why string, retryable bool) {
+	if sr, ok := q.msg.(messages.StartRound); ok {
+		r.cfg.Metrics.Rounds.WithLabelValues(string(status)).Inc()
+		deliver(c.Engine(), q.replyTo, messages.RoundFinished{RoundID: sr.RoundID, Thread: sr.Thread,
+			Status: status, Error: why, Retryable: retryable}, r.log)
+		return
+	}
+	if q.replyTo != nil {
+		deliver(c.Engine(), q.replyTo, messages.NewRejected(q.msg, fmt.Errorf("%w: %s", messages.ErrInvalid, why)), r.log)
+	}
+}
+
+// relay forwards q to the owner at addr through a relay actor.
+func (r *rootActor) relay(c *actor.Context, addr string, q placeReq) {
 	var release func()
-	if sr, ok := msg.(messages.StartRound); ok {
-		sr.ReplyTo = nil // the owner replies to the relay
-		msg = sr
+	msg := q.msg
+	switch m := msg.(type) {
+	case messages.StartRound:
+		m.ReplyTo = nil // the owner replies to the relay
+		msg = m
 		r.cfg.rounds.enter()
-		var hold func()
-		if r.cfg.Hold != nil && replyTo != nil && replyTo.Address != c.Engine().Address() {
-			hold = r.cfg.Hold(replyTo.Address)
-		}
+		hold := r.hold(c, q.replyTo)
 		release = func() {
 			if hold != nil {
 				hold()
 			}
 			r.cfg.rounds.leave()
 		}
+	case messages.AttachRound:
+		m.ReplyTo = nil
+		msg = m
+		release = r.hold(c, q.replyTo)
 	}
 	r.relays++
 	to := actor.NewPID(addr, RootKind+"/"+RootID)
-	c.SpawnChild(newRelay(r.cfg, to, msg, replyTo, release, r.cfg.Placement.Watch(addr)), relayKind,
-		spawnOpts(fmt.Sprintf("h%d-%d", hops+1, r.relays), r.log, nil)...)
-	return false
+	c.SpawnChild(newRelay(r.cfg, to, msg, q.replyTo, release, r.cfg.Placement.Watch(addr)), relayKind,
+		spawnOpts(fmt.Sprintf("h%d-%d", q.hops+1, r.relays), r.log, nil)...)
+}
+
+// hold keeps a remote caller's address reachable while a relay streams to
+// it (nil when there is nothing to hold).
+func (r *rootActor) hold(c *actor.Context, replyTo *actor.PID) func() {
+	if r.cfg.Hold != nil && replyTo != nil && replyTo.Address != c.Engine().Address() {
+		return r.cfg.Hold(replyTo.Address)
+	}
+	return nil
+}
+
+// stopPlacing ends the root: the lookups in flight are waited for (each
+// is bounded, see Placement), and what waited for them is answered.
+func (r *rootActor) stopPlacing(c *actor.Context) {
+	r.lookups.Wait()
+	for user, queue := range r.placing {
+		for _, q := range queue {
+			r.refuse(c, q, messages.StatusUnavailable, "the daemon is shutting down", true)
+		}
+		delete(r.placing, user)
+	}
 }
 
 // unclaim gives up a user this member claimed but runs no actor for.
@@ -283,13 +398,14 @@ func (r *rootActor) unclaim(user string) {
 	}
 }
 
-// ownedHere reports whether this member still serves user.
+// ownedHere reports whether this member still serves user, as far as it
+// knows without asking the cluster.
 func (r *rootActor) ownedHere(user string) bool {
 	if r.cfg.Placement == nil {
 		return true
 	}
-	local, _, err := r.cfg.Placement.Owner(user, MaxRelayHops)
-	return err == nil && local
+	local, known, err := r.cfg.Placement.Known(user) // never the network here
+	return known && err == nil && local
 }
 
 // MaxRelayHops is how often a message may be forwarded between members.
@@ -315,6 +431,7 @@ func (r *rootActor) fence(c *actor.Context) {
 	for _, u := range r.users {
 		if !u.stopping {
 			u.stopping = true
+			u.fenced.Store(true) // before the stop: its round logs read it
 			c.Engine().Poison(u.pid)
 			n++
 		}

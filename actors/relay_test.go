@@ -35,6 +35,7 @@ func TestRelayHops(t *testing.T) {
 type fakePlacement struct {
 	mu       sync.Mutex
 	owner    func(user string, hops int) (bool, string, error)
+	known    func(user string) (local, known bool, err error)
 	hops     []int
 	watch    map[string]chan struct{}
 	released []string
@@ -46,6 +47,18 @@ func (p *fakePlacement) Owner(user string, hops int) (bool, string, error) {
 	f := p.owner
 	p.mu.Unlock()
 	return f(user, hops)
+}
+
+// Known knows nothing unless the test says (known): the root looks every
+// user up with Owner, on its goroutine.
+func (p *fakePlacement) Known(user string) (bool, bool, error) {
+	p.mu.Lock()
+	f := p.known
+	p.mu.Unlock()
+	if f == nil {
+		return false, false, nil
+	}
+	return f(user)
 }
 
 func (p *fakePlacement) Watch(addr string) <-chan struct{} {

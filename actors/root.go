@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshweaver/supervisor/messages"
@@ -31,6 +33,10 @@ type rootActor struct {
 	users    map[string]*userEntry // live user actors, by user id
 	relays   uint64                // relay actors spawned (their ids)
 	cap      *actor.PID            // the node's cap of live app-servers
+	// placing: the users whose owner is being looked up (relay.go), with
+	// the messages that wait for the answer, in order.
+	placing map[string][]placeReq
+	lookups sync.WaitGroup // the goroutines looking owners up
 }
 
 // userEntry is one live user actor as the root sees it.
@@ -41,6 +47,9 @@ type userEntry struct {
 	// pending (bounded) and go to its next actor.
 	stopping bool
 	pending  []pendingMsg
+	// fenced: the actor was stopped by a fence (Fence); its rounds'
+	// requests point here (roundRequest.fenced).
+	fenced *atomic.Bool
 }
 
 type pendingMsg struct {
@@ -61,7 +70,8 @@ func NewRoot(cfg Config) (actor.Producer, error) {
 		return nil, err
 	}
 	return func() actor.Receiver {
-		return &rootActor{cfg: &cfg, log: cfg.Logger.With("actor", "root"), users: make(map[string]*userEntry)}
+		return &rootActor{cfg: &cfg, log: cfg.Logger.With("actor", "root"), users: make(map[string]*userEntry),
+			placing: make(map[string][]placeReq)}
 	}, nil
 }
 
@@ -83,7 +93,13 @@ func (r *rootActor) Receive(c *actor.Context) {
 	case actor.Started:
 		r.cap = c.SpawnChild(newCapActor(r.cfg), "cap", spawnOpts("main", r.log, nil)...)
 		return
-	case actor.Initialized, actor.Stopped:
+	case actor.Initialized:
+		return
+	case actor.Stopped:
+		r.stopPlacing(c)
+		return
+	case placed:
+		r.placed(c, m)
 		return
 	case drainRequest:
 		r.draining = true
@@ -160,6 +176,12 @@ func (r *rootActor) Receive(c *actor.Context) {
 }
 
 func (r *rootActor) reject(c *actor.Context, err error) {
+	r.rejectMsg(c, c.Message(), c.Sender(), err)
+}
+
+// rejectMsg is reject for msg from sender, which need not be the message
+// in hand (one that waited for its placement).
+func (r *rootActor) rejectMsg(c *actor.Context, msg any, sender *actor.PID, err error) {
 	reason := "invalid"
 	switch {
 	case errors.Is(err, messages.ErrUnknownType):
@@ -174,10 +196,10 @@ func (r *rootActor) reject(c *actor.Context, err error) {
 		if skipped > 0 {
 			r.log.Warn("rejected messages not logged (counted in supervisor_remote_rejected_total)", "reason", reason, "count", skipped)
 		}
-		r.log.Warn("rejected a message", "type", fmt.Sprintf("%T", c.Message()), "sender", pidString(c.Sender()), "err", err)
+		r.log.Warn("rejected a message", "type", fmt.Sprintf("%T", msg), "sender", pidString(sender), "err", err)
 	}
-	if c.Sender() != nil {
-		deliver(c.Engine(), c.Sender(), messages.NewRejected(c.Message(), err), r.log)
+	if sender != nil {
+		deliver(c.Engine(), sender, messages.NewRejected(msg, err), r.log)
 	}
 }
 
@@ -220,14 +242,25 @@ func (r *rootActor) startRound(c *actor.Context, m messages.StartRound) {
 		return
 	}
 	if r.draining {
-		deliver(c.Engine(), replyTo, messages.RoundFinished{
-			RoundID: m.RoundID, Thread: m.Thread, Status: messages.StatusUnavailable,
-			Error: "the daemon is shutting down",
-		}, r.log)
-		r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusUnavailable)).Inc()
+		r.shuttingDown(c, m, replyTo)
 		return
 	}
-	if !r.place(c, m.User, m, replyTo) {
+	r.place(c, m.User, m, replyTo, func(c *actor.Context) { r.admitRound(c, m, replyTo) })
+}
+
+// shuttingDown answers a round the draining daemon does not admit.
+func (r *rootActor) shuttingDown(c *actor.Context, m messages.StartRound, replyTo *actor.PID) {
+	deliver(c.Engine(), replyTo, messages.RoundFinished{
+		RoundID: m.RoundID, Thread: m.Thread, Status: messages.StatusUnavailable,
+		Error: "the daemon is shutting down",
+	}, r.log)
+	r.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusUnavailable)).Inc()
+}
+
+// admitRound hands a round placed here to its user's actor.
+func (r *rootActor) admitRound(c *actor.Context, m messages.StartRound, replyTo *actor.PID) {
+	if r.draining { // it waited for its placement meanwhile
+		r.shuttingDown(c, m, replyTo)
 		return
 	}
 	if err := r.ensureUser(c, m.User); err != nil {
@@ -272,7 +305,15 @@ func (r *rootActor) attach(c *actor.Context, m messages.AttachRound) {
 		r.reject(c, err)
 		return
 	}
+	// In a cluster the round runs on the user's owner: a caller attached
+	// to another member is relayed there, like a round.
+	r.place(c, m.User, m, replyTo, func(c *actor.Context) { r.attachHere(c, m, replyTo) })
+}
+
+// attachHere hands an AttachRound placed here to its user's actor.
+func (r *rootActor) attachHere(c *actor.Context, m messages.AttachRound, replyTo *actor.PID) {
 	if u := r.users[m.User]; u == nil || u.stopping {
+		r.unclaim(m.User)
 		deliver(c.Engine(), replyTo, notFound(m.RoundID), r.log)
 		return
 	}
@@ -293,15 +334,15 @@ func (r *rootActor) toUser(c *actor.Context, userID string, msg any, verr error)
 		r.reject(c, verr)
 		return
 	}
-	if !r.place(c, userID, msg, c.Sender()) {
-		return
-	}
-	if err := r.ensureUser(c, userID); err != nil {
-		r.unclaim(userID)
-		r.reject(c, err)
-		return
-	}
-	r.sendUser(c, userID, msg, c.Sender())
+	sender := c.Sender()
+	r.place(c, userID, msg, sender, func(c *actor.Context) {
+		if err := r.ensureUser(c, userID); err != nil {
+			r.unclaim(userID)
+			r.rejectMsg(c, msg, sender, err)
+			return
+		}
+		r.sendUser(c, userID, msg, sender)
+	})
 }
 
 func (r *rootActor) forward(c *actor.Context, userID string, msg any) {
@@ -309,15 +350,15 @@ func (r *rootActor) forward(c *actor.Context, userID string, msg any) {
 		r.reject(c, err)
 		return
 	}
-	if !r.place(c, userID, msg, c.Sender()) {
-		return
-	}
-	if r.users[userID] == nil {
-		r.unclaim(userID)
-		deliver(c.Engine(), c.Sender(), messages.RoundControlled{Error: "no running round for that user"}, r.log)
-		return
-	}
-	r.sendUser(c, userID, msg, c.Sender())
+	sender := c.Sender()
+	r.place(c, userID, msg, sender, func(c *actor.Context) {
+		if r.users[userID] == nil {
+			r.unclaim(userID)
+			deliver(c.Engine(), sender, messages.RoundControlled{Error: "no running round for that user"}, r.log)
+			return
+		}
+		r.sendUser(c, userID, msg, sender)
+	})
 }
 
 // ensureUser makes sure the user has an actor (or one on its way),
@@ -340,7 +381,7 @@ func (r *rootActor) ensureUser(c *actor.Context, id string) error {
 func (r *rootActor) spawnUser(c *actor.Context, id, home string) {
 	r.cfg.Metrics.Users.Inc()
 	pid := c.SpawnChild(newUserActor(r.cfg, id, home, r.cap), "user", spawnOpts(id, r.log, nil)...)
-	r.users[id] = &userEntry{pid: pid}
+	r.users[id] = &userEntry{pid: pid, fenced: new(atomic.Bool)}
 }
 
 // sendUser hands msg (from sender) to the user's actor, or keeps it for
@@ -359,6 +400,10 @@ func (r *rootActor) sendUser(c *actor.Context, id string, msg any, sender *actor
 		}
 		u.pending = append(u.pending, pendingMsg{msg: msg, sender: sender})
 		return
+	}
+	if req, ok := msg.(roundRequest); ok {
+		req.fenced = u.fenced // this actor's, not a fenced predecessor's
+		msg = req
 	}
 	u.sent++
 	c.Engine().SendWithSender(u.pid, msg, sender)

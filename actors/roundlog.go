@@ -93,6 +93,14 @@ type (
 	retentionOver struct{}
 )
 
+// stoppingError is the error of a round cut short by the daemon's stop
+// (the round actor's Stopped says the same).
+const stoppingError = "the daemon is stopping"
+
+// fencedError is the verdict of a round cut short by a fence (Fence).
+const fencedError = "this cluster member was fenced (it may lose its lease, and another member may own the user now): " +
+	"the round was cut short; send it again: the thread resumes on the user's next owner"
+
 // maxCallers bounds the callers attached to one round; one more pushes
 // the oldest out.
 const maxCallers = 8
@@ -342,6 +350,11 @@ func (l *roundLog) finish(v messages.RoundFinished) {
 	}
 	if v.Status == messages.StatusInterrupted && l.abandoned {
 		v.Error = fmt.Sprintf("the caller was gone for %v (the caller grace); the round was interrupted", l.cfg.CallerGrace)
+	} else if v.Status == messages.StatusInterrupted && v.Error == stoppingError && l.req.fenced != nil && l.req.fenced.Load() {
+		// Cut short by the stop the fence began (not a caller's interrupt
+		// that came just before it).
+		v.Status, v.Retryable = messages.StatusFailed, true
+		v.Error = fencedError
 	}
 	v.RoundID = l.req.RoundID
 	l.closeAsks("canceled: the round ended")
@@ -382,12 +395,12 @@ func (l *roundLog) stopped() {
 		l.graceTimer.Stop()
 	}
 	if l.verdict == nil {
-		if l.round == nil {
-			l.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusInterrupted)).Inc()
-		}
 		l.stopping = true
 		l.finish(messages.RoundFinished{RoundID: l.req.RoundID, Thread: l.req.Thread,
-			Status: messages.StatusInterrupted, Error: "the daemon is stopping"})
+			Status: messages.StatusInterrupted, Error: stoppingError})
+		if l.round == nil { // a round that ran counted its own verdict
+			l.cfg.Metrics.Rounds.WithLabelValues(string(l.verdict.Status)).Inc()
+		}
 	}
 	l.unwatch()
 }

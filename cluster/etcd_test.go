@@ -282,8 +282,14 @@ func TestFenceOnEtcdLoss(t *testing.T) {
 		default:
 		}
 	})
+	if local, known, err := a.Known("alice"); known || local || err != nil {
+		t.Fatalf("Known before the claim: local=%v known=%v err=%v, want not known", local, known, err)
+	}
 	if local, _, err := a.Owner("alice", 1); !local || err != nil {
 		t.Fatalf("claim: local=%v err=%v", local, err)
+	}
+	if local, known, err := a.Known("alice"); !known || !local || err != nil {
+		t.Fatalf("Known after the claim: local=%v known=%v err=%v, want local from memory", local, known, err)
 	}
 	lastRenewal := a.FenceAt().Add(-(ttl - margin))
 	te.stop()
@@ -299,6 +305,9 @@ func TestFenceOnEtcdLoss(t *testing.T) {
 	t.Logf("fenced %v before the earliest expiry", lastRenewal.Add(ttl).Sub(at))
 	if _, _, err := a.Owner("alice", 0); err != ErrFenced {
 		t.Fatalf("Owner after the fence: err = %v, want ErrFenced", err)
+	}
+	if _, known, err := a.Known("alice"); !known || err != ErrFenced {
+		t.Fatalf("Known after the fence: known=%v err=%v, want ErrFenced", known, err)
 	}
 }
 

@@ -427,6 +427,21 @@ func (n *Node) Owner(user string, hops int) (local bool, addr string, err error)
 	return false, addr, nil
 }
 
+// Known is Owner from memory only (actors.Placement): a fenced member (or
+// one past its fence time) answers ErrFenced, a user it owns is local;
+// anything else is not known without etcd (known false).
+func (n *Node) Known(user string) (local, known bool, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.fenced || !n.deadline.Valid(time.Now()) {
+		return false, true, ErrFenced
+	}
+	if _, owned := n.owned[user]; owned {
+		return true, true, nil
+	}
+	return false, false, nil
+}
+
 // claimed records an ownership, unless the lease changed under it.
 func (n *Node) claimed(user string, lease clientv3.LeaseID, rev int64) (bool, string, error) {
 	n.mu.Lock()

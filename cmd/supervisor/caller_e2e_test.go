@@ -23,6 +23,7 @@ import (
 // callerRig is the daemon binary with the HTTP gateway on, the real codex
 // CLI and the mock model.
 type callerRig struct {
+	exe     string // the daemon binary (also the CLI)
 	model   *mockmodel.Server
 	addr    string // the remote listener
 	gateway string // the gateway's base URL
@@ -60,7 +61,7 @@ func startCallerRig(t *testing.T, extra ...string) *callerRig {
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	gw := srv.waitMsg("gateway serving")
 	ops := srv.waitMsg("metrics serving")
-	return &callerRig{model: model, addr: addr, gateway: "http://" + gw["listen"].(string), metrics: ops["listen"].(string)}
+	return &callerRig{exe: exe, model: model, addr: addr, gateway: "http://" + gw["listen"].(string), metrics: ops["listen"].(string)}
 }
 
 // sse is one Server-Sent Event.

@@ -16,9 +16,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/cluster"
 	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/procs"
+	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
@@ -306,6 +309,18 @@ func TestClusterFailover(t *testing.T) {
 	owner := tc.ownerOf(user)
 	if owner < 0 {
 		t.Fatal("alice has no owner in etcd")
+	}
+	// Its app-server's pid record names the owner and this kernel's boot.
+	home, err := store.HomeDir(tc.homes, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := store.ReadProcRecord(actors.ProcRecordPath(home))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if boot, err := procs.BootID(); err != nil || rec.Member != tc.members[owner].id || rec.Boot != boot {
+		t.Fatalf("alice's pid record %+v, want member %s and boot %s (%v)", rec, tc.members[owner].id, boot, err)
 	}
 	via := (owner + 1) % 3
 	t.Logf("alice is owned by %s; the mid-stream round goes through %s", tc.members[owner].id, tc.members[via].id)

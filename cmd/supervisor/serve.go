@@ -256,7 +256,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit,
 		IdleTimeout: o.idleTimeout, MaxLive: o.maxLive, StallTimeout: o.stallTimeout,
 		LoginGrant: o.loginGrant, MaxUsers: o.maxUsers, UserIdle: o.userIdle,
-		Isolation: iso, Logger: log, Metrics: metrics, Placement: placement,
+		Isolation: iso, Logger: log, Metrics: metrics, Placement: placement, Member: o.cluster.memberOf(),
 		CallerGrace: o.callers.callerGrace, RoundRetention: o.callers.roundRetention,
 	}, edgeOptions{
 		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
