@@ -99,9 +99,16 @@ func (f *fence) scan() {
 	for _, id := range host.Scan(func(p procs.Proc) bool {
 		return p.PPID == f.daemon && p.PGRP == p.PID && p.PID != f.self && p.Alive()
 	}) {
+		if _, ok := f.known[id.PID]; !ok && fenceSaw != nil {
+			fenceSaw(id.PID)
+		}
 		f.known[id.PID] = id
 	}
 }
+
+// fenceSaw, when set (by a test, before the fence starts), hears each
+// app-server group the fence learns of.
+var fenceSaw func(pid int)
 
 // kill SIGKILLs every known app-server group still running and returns
 // how many it signalled.

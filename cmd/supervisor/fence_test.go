@@ -105,6 +105,9 @@ func TestFenceKillsWhatADeadDaemonLeft(t *testing.T) {
 	sh, app := fakeDaemon(t)
 	in, feed := io.Pipe()
 	var log syncBuf
+	saw := make(chan int, 8)
+	fenceSaw = func(pid int) { saw <- pid }
+	defer func() { fenceSaw = nil }()
 	done := make(chan error, 1)
 	go func() {
 		done <- fenceCmd(context.Background(), []string{"--daemon-pid", strconv.Itoa(sh.Process.Pid), "--poll", "10ms"}, in, &log)
@@ -112,12 +115,17 @@ func TestFenceKillsWhatADeadDaemonLeft(t *testing.T) {
 	if _, err := fmt.Fprintln(feed, 60_000); err != nil { // a lease renewed: far from the fence time
 		t.Fatal(err)
 	}
-	// The fence has seen the app-server once it scanned; an unrenewed
+	// Once the fence knows the app-server, the daemon dies; an unrenewed
 	// minute is far away, so only the end of the input can kill it.
-	if !proctest.Poll(5*time.Second, 10*time.Millisecond, func() bool { return proctest.Alive(app) }) {
-		t.Fatal("no app-server")
+	deadline := time.After(10 * time.Second)
+	for seen := false; !seen; {
+		select {
+		case pid := <-saw:
+			seen = pid == app
+		case <-deadline:
+			t.Fatal("the fence never saw the app-server")
+		}
 	}
-	time.Sleep(100 * time.Millisecond) // a few of the fence's 10ms scans
 	_ = sh.Process.Kill()
 	_ = sh.Wait()
 	feed.Close()
