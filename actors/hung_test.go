@@ -1,6 +1,9 @@
 package actors
 
 import (
+	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
 // counterValue reads a counter.
@@ -26,11 +30,46 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 
 // stopGroup SIGSTOPs an app-server's process group: it is alive and its
 // pipes are open, but it answers nothing (a hung CLI, as kill -STOP shows).
+//
+// kill returns once the signal is pending, not once the group is stopped:
+// one thread of each process takes it and stops the others only when it
+// runs. On a loaded machine that was seen 55ms later, while another thread
+// of the fake read round two's turn/start and ran the whole turn (the
+// round completed on the "stopped" process, which then sat stopped and
+// idle, with nothing to time out). So it returns once every thread of the
+// group is stopped.
 func stopGroup(t *testing.T, pid int) {
 	t.Helper()
 	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP %d: %v", pid, err)
 	}
+	poll(t, waitFor, fmt.Sprintf("process group %d to stop", pid), func() bool { return groupStopped(pid) })
+}
+
+// groupStopped reports that process group pgid has members and every live
+// thread of each is stopped (state T, or t when traced).
+func groupStopped(pgid int) bool {
+	members := proctest.GroupMembers(pgid)
+	if len(members) == 0 {
+		return false
+	}
+	for _, p := range members {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p.PID))
+		if err != nil {
+			return false
+		}
+		for _, e := range tasks {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			// A thread's stat is at /proc/TID/stat too.
+			if th, ok := proctest.Read(tid); ok && th.Live() && th.State != 'T' && th.State != 't' {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // A round waiting on an app-server that stops answering mid-turn gets its
