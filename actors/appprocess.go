@@ -142,7 +142,10 @@ func (a *appServerActor) launch() {
 			if len(cfg.Wrapper) > 0 {
 				exe = cfg.Wrapper[0] // the pid is bubblewrap's
 			}
-			if err := store.WriteProcRecord(record, a.procRecord(p.PID(), st, exe)); err != nil {
+			a.recMu.Lock()
+			err := store.WriteProcRecord(record, a.procRecord(p.PID(), st, exe))
+			a.recMu.Unlock()
+			if err != nil {
 				a.log.Warn("recording the app-server's pid", "err", err)
 			}
 		}
@@ -168,9 +171,13 @@ func (a *appServerActor) watch(gen uint64, p appProcess, record string) {
 	a.mu.Lock()
 	delete(a.live, p)
 	a.mu.Unlock()
+	// Under recMu: a newer process's record, written meanwhile by its
+	// start, is never the one removed.
+	a.recMu.Lock()
 	if rec, err := store.ReadProcRecord(record); err == nil && rec.PID == p.PID() {
 		_ = os.Remove(record)
 	}
+	a.recMu.Unlock()
 	a.engine.Send(a.self, codexExited{gen: gen, err: p.Conn().Err()})
 }
 

@@ -138,6 +138,9 @@ type appServerActor struct {
 	mu   sync.Mutex
 	live map[appProcess]struct{}
 	down bool
+	// recMu orders the start goroutines' writes of the pid record and the
+	// exit watchers' read-compare-remove of it.
+	recMu sync.Mutex
 }
 
 func newAppServerActor(cfg *Config, user, home string, creds *store.Credentials, registry, cap *actor.PID) actor.Producer {
