@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,7 +61,9 @@ func newHarness(t testing.TB, mutate func(*Config)) *harness {
 		defer cancel()
 		<-e.PoisonCtx(ctx, root).Done()
 		if ctx.Err() != nil {
-			t.Errorf("stopping the tree timed out")
+			var dump strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&dump, 1)
+			t.Errorf("stopping the tree timed out; goroutines:\n%s", dump.String())
 		}
 	})
 	return h
