@@ -75,9 +75,10 @@ func ParseRange(s string) (Range, error) {
 	return Range{Lo: uint32(a), Hi: uint32(b)}, nil
 }
 
-// Node separates the users of one daemon. It is the only owner of uid
-// allocation and of the ownership and modes of the homes: Prepare is safe
-// for concurrent use, one user at a time.
+// Node separates the users of one daemon. It is the daemon's only owner of
+// uid allocation and of the ownership and modes of the homes: Prepare is
+// safe for concurrent use, one user at a time. Daemons sharing the homes
+// (a cluster) agree on uids through the claim files (see claim).
 type Node struct {
 	opts Options
 
@@ -254,14 +255,26 @@ func (n *Node) uidFor(userDir, home string) (uint32, error) {
 		return 0, fmt.Errorf("%s is not a directory", home)
 	}
 	owner := fi.Sys().(*syscall.Stat_t).Uid
-	uid, ok := owner, n.opts.UIDs.has(owner)
-	if ok && n.owners[owner] != userDir {
-		// Two homes owned by one uid: never serve the second under it.
-		return 0, fmt.Errorf("uid %d owns another home too; give one of them a uid of its own by hand", owner)
-	}
-	if !ok {
+	uid := owner
+	if n.opts.UIDs.has(owner) {
+		if err := n.ownHome(owner, userDir); err != nil {
+			return 0, err
+		}
+	} else {
 		if uid, err = n.allocate(userDir); err != nil {
 			return 0, err
+		}
+		// Another member may have given the home a uid meanwhile: that
+		// uid is the user's if its claim names them (the one just
+		// claimed stays claimed: a uid is never reused silently).
+		if fi, err = os.Lstat(home); err != nil {
+			return 0, err
+		}
+		if now := fi.Sys().(*syscall.Stat_t).Uid; now != owner && n.opts.UIDs.has(now) {
+			if err := n.ownHome(now, userDir); err != nil {
+				return 0, err
+			}
+			owner, uid = now, now
 		}
 	}
 	if err := os.Chmod(home, 0o700); err != nil {
@@ -311,13 +324,44 @@ func (n *Node) scan() error {
 		}
 		owners[uid] = dir
 	}
+	// Every home's uid gets its claim, so that no member allocates it to
+	// a new user. A claim naming another user refuses the uid for this
+	// home (uidFor says why); a claim that cannot be read is reported
+	// when its home's user starts.
+	for uid, dir := range owners {
+		if dir == "" {
+			continue
+		}
+		if err := n.claim(uid, filepath.Base(dir)); errors.Is(err, errClaimed) {
+			owners[uid] = ""
+		}
+	}
 	n.owners = owners
 	return nil
 }
 
-// allocate picks a free uid of the range for userDir: the first free one
-// from a point that depends on the folder's name, so a user tends to get
-// the same uid again on a new node.
+// ownHome checks that uid, which owns userDir's home, is that user's: no
+// other home this node scanned has it, and its claim names the user (a
+// claim is written when there is none).
+func (n *Node) ownHome(uid uint32, userDir string) error {
+	err := n.claim(uid, filepath.Base(userDir))
+	if errors.Is(err, errClaimed) {
+		return fmt.Errorf("uid %d owns another home too (%w); give one of them a uid of its own by hand", uid, err)
+	}
+	if err != nil {
+		return err
+	}
+	if dir, seen := n.owners[uid]; seen && dir != userDir {
+		// Two homes owned by one uid: never serve the second under it.
+		return fmt.Errorf("uid %d owns another home too; give one of them a uid of its own by hand", uid)
+	}
+	return nil
+}
+
+// allocate picks a free uid of the range for userDir and claims it: the
+// first one from a point that depends on the folder's name (so a user
+// tends to get the same uid again on a new node) whose claim this node
+// creates or finds naming this user.
 func (n *Node) allocate(userDir string) (uint32, error) {
 	r := n.opts.UIDs
 	size := uint64(r.Hi) - uint64(r.Lo) + 1
@@ -326,9 +370,82 @@ func (n *Node) allocate(userDir string) (uint32, error) {
 	start := h.Sum64() % size
 	for i := uint64(0); i < size; i++ {
 		uid := r.Lo + uint32((start+i)%size)
-		if _, used := n.owners[uid]; !used {
+		if dir, used := n.owners[uid]; used && dir != userDir {
+			continue
+		}
+		switch err := n.claim(uid, filepath.Base(userDir)); {
+		case err == nil:
 			return uid, nil
+		case !errors.Is(err, errClaimed):
+			return 0, err
 		}
 	}
 	return 0, fmt.Errorf("every uid of %s is taken", r)
+}
+
+// claimsDir holds one claim file per uid given to a user, naming the
+// user's folder: the record every member of a cluster sharing the homes
+// sees at once (a home's owner is set only after its uid is claimed).
+// User ids never start with a dot, so it is nobody's folder.
+const claimsDir = ".uids"
+
+// errClaimed is a uid's claim naming another user.
+var errClaimed = errors.New("claimed by another user")
+
+// claim makes uid name's, or reports errClaimed when its claim names
+// another user. The claim is written whole to a file of its own and then
+// hard-linked into place, which fails when a claim exists (also over NFS),
+// so no member ever reads a claim half written.
+func (n *Node) claim(uid uint32, name string) error {
+	dir := filepath.Join(n.opts.Homes, claimsDir)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("uid claims: %w", err)
+	}
+	path := filepath.Join(dir, strconv.FormatUint(uint64(uid), 10))
+	tmp, err := os.CreateTemp(dir, ".new-*")
+	if err != nil {
+		return fmt.Errorf("claiming uid %d: %w", uid, err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(name + "\n")
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp.Name(), path)
+	}
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("claiming uid %d: %w", uid, err)
+	}
+	holder, err := readClaim(path)
+	if err != nil {
+		return fmt.Errorf("uid %d: %w", uid, err)
+	}
+	if holder != name {
+		return fmt.Errorf("uid %d: %w %q (%s)", uid, errClaimed, holder, path)
+	}
+	return nil
+}
+
+// readClaim returns the user folder a claim names.
+func readClaim(path string) (string, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return "", fmt.Errorf("reading claim: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > 256 {
+		return "", fmt.Errorf("claim %s is not a small regular file; remove it by hand only if no home has that uid", path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading claim: %w", err)
+	}
+	name, ok := strings.CutSuffix(string(b), "\n")
+	if !ok || name == "" || strings.ContainsAny(name, "/\x00\n") || name[0] == '.' {
+		return "", fmt.Errorf("claim %s does not name a user folder; remove it by hand only if no home has that uid", path)
+	}
+	return name, nil
 }
