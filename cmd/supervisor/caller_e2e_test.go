@@ -16,7 +16,6 @@ import (
 
 	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
@@ -32,29 +31,10 @@ type callerRig struct {
 
 func startCallerRig(t *testing.T, extra ...string) *callerRig {
 	t.Helper()
-	bin := codexBin(t)
-	root := t.TempDir()
-	exe := opsBuild(t, root)
-	model, err := mockmodel.Start(mockmodel.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(model.Close)
-	homes, workspace := filepath.Join(root, "homes"), filepath.Join(root, "workspace")
-	if err := os.MkdirAll(workspace, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	addr, err := freeLoopbackAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"serve", "--listen", addr, "--homes", homes, "--workspace", workspace, "--codex", bin,
-		"--log-format", "json", "--stop-timeout", "20s", "--metrics-listen", "127.0.0.1:0",
-		"--gateway-listen", "127.0.0.1:0"}
-	args = append(args, servable(t, root, workspace)...)
-	for _, kv := range codexhome.Overrides(model.URL()) {
-		args = append(args, "--codex-override", kv)
-	}
+	b := newBinaryServe(t)
+	bin, root, exe, model, addr := b.bin, b.root, b.exe, b.model, b.addr
+	args := b.args
+	args = append(args, "--gateway-listen", "127.0.0.1:0")
 	args = append(args, extra...)
 	t.Cleanup(func() { waitNoCodex(t, bin, root) })
 	srv := opsStartServe(t, exe, args...)

@@ -21,7 +21,6 @@ import (
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
-	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mcpserver"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
@@ -995,30 +994,9 @@ func mustEncodeAs(t *testing.T, name string, body map[string]any) *anypb.Any {
 // finally SIGTERM to the serve process by its PID: it must exit 0 and leave
 // no codex process behind.
 func TestBinaryServeAndRound(t *testing.T) {
-	bin := codexBin(t)
-	root := t.TempDir()
-	exe := opsBuild(t, root)
-	model, err := mockmodel.Start(mockmodel.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(model.Close)
-	homes, workspace := filepath.Join(root, "homes"), filepath.Join(root, "workspace")
-	if err := os.MkdirAll(workspace, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	addr, err := freeLoopbackAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	args := []string{"serve", "--listen", addr, "--homes", homes, "--workspace", workspace, "--codex", bin,
-		"--log-format", "json", "--stop-timeout", "20s",
-		"--metrics-listen", "127.0.0.1:0"} // not the default port: another daemon may hold it
-	args = append(args, servable(t, root, workspace)...)
-	for _, kv := range codexhome.Overrides(model.URL()) {
-		args = append(args, "--codex-override", kv)
-	}
+	b := newBinaryServe(t)
+	bin, root, exe, model, addr := b.bin, b.root, b.exe, b.model, b.addr
+	args := b.args
 	logs := &markBuffer{mark: "supervisor serving", seen: make(chan struct{})}
 	serve := exec.Command(exe, args...)
 	serve.Stderr = logs

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
@@ -20,29 +17,9 @@ import (
 // an interrupt of a running round, the account and models queries, and a
 // refusal as a *client.RejectedError.
 func TestGoClientEndToEnd(t *testing.T) {
-	bin := codexBin(t)
-	root := t.TempDir()
-	exe := opsBuild(t, root)
-	model, err := mockmodel.Start(mockmodel.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(model.Close)
-	homes, workspace := filepath.Join(root, "homes"), filepath.Join(root, "workspace")
-	if err := os.MkdirAll(workspace, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	addr, err := freeLoopbackAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"serve", "--listen", addr, "--homes", homes, "--workspace", workspace, "--codex", bin,
-		"--log-format", "json", "--stop-timeout", "20s",
-		"--metrics-listen", "127.0.0.1:0"} // not the default port: another daemon may hold it
-	args = append(args, servable(t, root, workspace)...)
-	for _, kv := range codexhome.Overrides(model.URL()) {
-		args = append(args, "--codex-override", kv)
-	}
+	b := newBinaryServe(t)
+	bin, root, exe, model, addr := b.bin, b.root, b.exe, b.model, b.addr
+	args := b.args
 	t.Cleanup(func() { waitNoCodex(t, bin, root) })
 	srv := opsStartServe(t, exe, args...)
 	srv.waitMsg("supervisor serving")

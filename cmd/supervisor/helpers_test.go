@@ -564,3 +564,41 @@ func testCodexEnv(t *testing.T) []string {
 	t.Helper()
 	return []string{"TMPDIR=/var/tmp", "HOME=" + t.TempDir()}
 }
+
+// binaryServe is what a test of the supervisor binary starts from: the
+// binary built into root, the mock model, the homes and workspace folders,
+// a free loopback address and the `serve` arguments for them (a free
+// metrics port, the CLI's overrides toward the model), to which a test
+// adds its own.
+type binaryServe struct {
+	bin, root, exe, homes, workspace, addr string
+	model                                  *mockmodel.Server
+	args                                   []string
+}
+
+func newBinaryServe(t *testing.T) binaryServe {
+	t.Helper()
+	b := binaryServe{bin: codexBin(t), root: t.TempDir()}
+	b.exe = opsBuild(t, b.root)
+	model, err := mockmodel.Start(mockmodel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(model.Close)
+	b.model = model
+	b.homes, b.workspace = filepath.Join(b.root, "homes"), filepath.Join(b.root, "workspace")
+	if err := os.MkdirAll(b.workspace, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if b.addr, err = freeLoopbackAddr(); err != nil {
+		t.Fatal(err)
+	}
+	b.args = []string{"serve", "--listen", b.addr, "--homes", b.homes, "--workspace", b.workspace, "--codex", b.bin,
+		"--log-format", "json", "--stop-timeout", "20s",
+		"--metrics-listen", "127.0.0.1:0"} // not the default port: another daemon may hold it
+	b.args = append(b.args, servable(t, b.root, b.workspace)...)
+	for _, kv := range codexhome.Overrides(model.URL()) {
+		b.args = append(b.args, "--codex-override", kv)
+	}
+	return b
+}
