@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproto"
@@ -248,50 +247,20 @@ func opMethod(cmd any) string {
 	return codexproto.MethodThreadCompactStart
 }
 
-// readThreadResult is the part of thread/read's answer (includeTurns) the
-// daemon reads: each turn's user and agent messages.
-type readThreadResult struct {
-	Thread struct {
-		Turns []struct {
-			Items []struct {
-				Type    string `json:"type"`
-				Text    string `json:"text"`
-				Content []struct {
-					Type string `json:"type"`
-					Text string `json:"text"`
-				} `json:"content"`
-			} `json:"items"`
-		} `json:"turns"`
-	} `json:"thread"`
-}
-
 // threadTurns are the user and assistant messages of thread/read's
 // answer, oldest first; other items (tools, reasoning) are left out.
 func threadTurns(raw json.RawMessage) ([]messages.Turn, error) {
-	var res readThreadResult
+	var res codexproto.ThreadReadResult
 	if err := decodeResult(codexproto.MethodThreadRead, raw, &res); err != nil {
 		return nil, err
 	}
 	var out []messages.Turn
-	for _, t := range res.Thread.Turns {
-		for _, it := range t.Items {
-			switch it.Type {
-			case codexproto.ItemUserMessage:
-				var parts []string
-				for _, c := range it.Content {
-					if c.Type == "text" && c.Text != "" {
-						parts = append(parts, c.Text)
-					}
-				}
-				if len(parts) > 0 {
-					out = append(out, messages.Turn{Role: messages.RoleUser, Text: strings.Join(parts, "\n")})
-				}
-			case codexproto.ItemAgentMessage:
-				if it.Text != "" {
-					out = append(out, messages.Turn{Role: messages.RoleAssistant, Text: it.Text})
-				}
-			}
+	for _, m := range res.Messages() {
+		role := messages.RoleAssistant
+		if m.User {
+			role = messages.RoleUser
 		}
+		out = append(out, messages.Turn{Role: role, Text: m.Text})
 	}
 	return out, nil
 }

@@ -17,43 +17,17 @@ import (
 // structs. Every line both ways is checked against the pinned schema
 // (startCLI traces them).
 
-// readThreadAnswer mirrors actors.readThreadResult, the part of
-// thread/read's answer the daemon reads (kept in step by hand: that type
-// is unexported in actors).
-type readThreadAnswer struct {
-	Thread struct {
-		Turns []struct {
-			Items []struct {
-				Type    string `json:"type"`
-				Text    string `json:"text"`
-				Content []struct {
-					Type string `json:"type"`
-					Text string `json:"text"`
-				} `json:"content"`
-			} `json:"items"`
-		} `json:"turns"`
-	} `json:"thread"`
-}
-
-// texts are the user and agent message texts of the answer, as
-// actors.threadTurns picks them, each prefixed with its role.
-func (r readThreadAnswer) texts() []string {
+// texts are the user and agent messages of a thread/read answer, as the
+// daemon picks them (codexproto.ThreadReadResult.Messages), each prefixed
+// with its role.
+func texts(r codexproto.ThreadReadResult) []string {
 	var out []string
-	for _, t := range r.Thread.Turns {
-		for _, it := range t.Items {
-			switch it.Type {
-			case codexproto.ItemUserMessage:
-				for _, c := range it.Content {
-					if c.Type == "text" && c.Text != "" {
-						out = append(out, "user: "+c.Text)
-					}
-				}
-			case codexproto.ItemAgentMessage:
-				if it.Text != "" {
-					out = append(out, "assistant: "+it.Text)
-				}
-			}
+	for _, m := range r.Messages() {
+		role := "assistant: "
+		if m.User {
+			role = "user: "
 		}
+		out = append(out, role+m.Text)
 	}
 	return out
 }
@@ -67,13 +41,13 @@ func (c *cli) call(method string, params any) (json.RawMessage, error) {
 	return raw, err
 }
 
-func (c *cli) readTurns(threadID string) readThreadAnswer {
+func (c *cli) readTurns(threadID string) codexproto.ThreadReadResult {
 	c.t.Helper()
 	raw, err := c.call(codexproto.MethodThreadRead, codexproto.ThreadReadParams{ThreadID: threadID, IncludeTurns: true})
 	if err != nil {
 		c.t.Fatalf("thread/read %s: %v", threadID, err)
 	}
-	var res readThreadAnswer
+	var res codexproto.ThreadReadResult
 	if err := json.Unmarshal(raw, &res); err != nil {
 		c.t.Fatalf("thread/read answer %.200s: %v", raw, err)
 	}
@@ -104,7 +78,7 @@ func TestRealCLIThreadOps(t *testing.T) {
 
 	// thread/read with turns: the user's and the assistant's text.
 	want := []string{"user: say hello", "assistant: hello back"}
-	if got := c.readTurns(th).texts(); strings.Join(got, "|") != strings.Join(want, "|") {
+	if got := texts(c.readTurns(th)); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("thread/read turns = %q, want %q", got, want)
 	}
 
@@ -126,7 +100,7 @@ func TestRealCLIThreadOps(t *testing.T) {
 		t.Errorf("thread/fork answered forkedFromId %v (%v), want %s", from.Thread.ForkedFromID, err, th)
 	}
 	// The fork has the history (excludeTurns only leaves it out of the answer).
-	if got := c.readTurns(forked.Thread.ID).texts(); strings.Join(got, "|") != strings.Join(want, "|") {
+	if got := texts(c.readTurns(forked.Thread.ID)); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("the fork's turns = %q, want %q", got, want)
 	}
 	res, err := c.client.ThreadResume(c.ctx(), codexproto.ThreadResumeParams{ThreadID: forked.Thread.ID})
@@ -137,7 +111,7 @@ func TestRealCLIThreadOps(t *testing.T) {
 		t.Fatalf("turn on the fork = %+v", done.Turn)
 	}
 	wantFork := append(append([]string{}, want...), "user: and again", "assistant: hello back")
-	if got := c.readTurns(forked.Thread.ID).texts(); strings.Join(got, "|") != strings.Join(wantFork, "|") {
+	if got := texts(c.readTurns(forked.Thread.ID)); strings.Join(got, "|") != strings.Join(wantFork, "|") {
 		t.Errorf("the fork's turns after its own = %q, want %q", got, wantFork)
 	}
 
@@ -166,7 +140,7 @@ func TestRealCLIThreadOps(t *testing.T) {
 		t.Errorf("model request kinds = %s, want turn,turn,compaction", got)
 	}
 	// The compaction leaves the turns thread/read shows as they were.
-	if got := c.readTurns(th).texts(); strings.Join(got, "|") != strings.Join(want, "|") {
+	if got := texts(c.readTurns(th)); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("thread/read turns after the compaction = %q, want %q", got, want)
 	}
 
@@ -199,11 +173,11 @@ func TestRealCLIThreadOps(t *testing.T) {
 	if archived.Thread.Path == nil || !strings.Contains(*archived.Thread.Path, "/archived_sessions/") {
 		t.Errorf("thread/read after the archive: path %v, want one under archived_sessions", archived.Thread.Path)
 	}
-	var after readThreadAnswer
+	var after codexproto.ThreadReadResult
 	if err := json.Unmarshal(raw, &after); err != nil {
 		t.Fatal(err)
 	}
-	if got := after.texts(); strings.Join(got, "|") != strings.Join(want, "|") {
+	if got := texts(after); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("thread/read turns after the archive = %q, want %q", got, want)
 	}
 }

@@ -1,6 +1,9 @@
 package codexproto
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+)
 
 // This file holds the protocol shapes of the wider Codex surface (issue
 // 15): richer turn inputs, subagent items, the turn diff, live command
@@ -217,4 +220,56 @@ type ThreadSettingsUpdated struct {
 	ThreadSettings struct {
 		Model string `json:"model"`
 	} `json:"threadSettings"`
+}
+
+// ThreadReadResult is the part of thread/read's answer (includeTurns)
+// the daemon reads: each turn's items, of which Messages keeps the user's
+// and the agent's messages.
+type ThreadReadResult struct {
+	Thread struct {
+		Turns []struct {
+			Items []struct {
+				Type    string `json:"type"`
+				Text    string `json:"text"`
+				Content []struct {
+					Type string `json:"type"`
+					Text string `json:"text"`
+				} `json:"content"`
+			} `json:"items"`
+		} `json:"turns"`
+	} `json:"thread"`
+}
+
+// ThreadMessage is a user or agent message of a thread/read answer.
+type ThreadMessage struct {
+	User bool // else the agent's
+	Text string
+}
+
+// Messages are the user and agent messages of the answer, oldest first
+// (a user message's text parts joined by newlines); other items (tools,
+// reasoning, compaction) are left out.
+func (r ThreadReadResult) Messages() []ThreadMessage {
+	var out []ThreadMessage
+	for _, t := range r.Thread.Turns {
+		for _, it := range t.Items {
+			switch it.Type {
+			case ItemUserMessage:
+				var parts []string
+				for _, c := range it.Content {
+					if c.Type == "text" && c.Text != "" {
+						parts = append(parts, c.Text)
+					}
+				}
+				if len(parts) > 0 {
+					out = append(out, ThreadMessage{User: true, Text: strings.Join(parts, "\n")})
+				}
+			case ItemAgentMessage:
+				if it.Text != "" {
+					out = append(out, ThreadMessage{Text: it.Text})
+				}
+			}
+		}
+	}
+	return out
 }
