@@ -244,24 +244,7 @@ func TestCallerCutAttachesWithAfterSeq(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for e := range a.Events() {
-		seen = append(seen, e.Seq)
-		if e.Kind == messages.KindText {
-			text += e.Text
-		}
-	}
-	v, err := a.Wait()
-	if err != nil || v.Status != messages.StatusCompleted {
-		t.Fatalf("attached: %+v, %v; want completed", v, err)
-	}
-	if text != strings.Join(words, "") {
-		t.Errorf("text across the cut %q, want every word once", text)
-	}
-	for i, s := range seen {
-		if s != uint64(i+1) {
-			t.Fatalf("seqs across the cut %v: want 1..%d, each once", seen, len(seen))
-		}
-	}
+	v, seen := finishAttached(t, a, seen, text, words, "the cut")
 	// After the end: the whole log and the verdict, at once.
 	start := time.Now()
 	again, err := c2.Attach(ctx, "goer", r.ID(), 0)
@@ -276,6 +259,34 @@ func TestCallerCutAttachesWithAfterSeq(t *testing.T) {
 		t.Errorf("attach after the end: %d events, %+v, %v; want %d and the verdict", n, v2, err, len(seen))
 	}
 	t.Logf("attach after the end: %d events and the verdict in %v", n, time.Since(start))
+}
+
+// finishAttached reads an attached round to its end after the events a
+// caller saw before it lost its connection (seen, with their text), and
+// checks that the round completed and that across the loss (what) every
+// event came exactly once (seqs 1..n) and every word once. It returns the
+// verdict and every seq.
+func finishAttached(t *testing.T, a *client.Round, seen []uint64, text string, words []string, what string) (messages.RoundFinished, []uint64) {
+	t.Helper()
+	for e := range a.Events() {
+		seen = append(seen, e.Seq)
+		if e.Kind == messages.KindText {
+			text += e.Text
+		}
+	}
+	v, err := a.Wait()
+	if err != nil || v.Status != messages.StatusCompleted {
+		t.Fatalf("attached after %s: %+v, %v; want completed", what, v, err)
+	}
+	if text != strings.Join(words, "") {
+		t.Errorf("text across %s %q, want every word once", what, text)
+	}
+	for i, s := range seen {
+		if s != uint64(i+1) {
+			t.Fatalf("seqs across %s %v: want 1..%d, each once", what, seen, len(seen))
+		}
+	}
+	return v, seen
 }
 
 // TestGatewayMutualTLS: under mutual TLS the gateway takes the remote's

@@ -155,22 +155,5 @@ func TestCallerProcessKilledReattaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for e := range a.Events() {
-		seen = append(seen, e.Seq)
-		if e.Kind == messages.KindText {
-			text += e.Text
-		}
-	}
-	v, err := a.Wait()
-	if err != nil || v.Status != messages.StatusCompleted {
-		t.Fatalf("attached after the kill: %+v, %v; want completed", v, err)
-	}
-	if text != strings.Join(words, "") {
-		t.Errorf("text across the kill %q, want every word once", text)
-	}
-	for i, s := range seen {
-		if s != uint64(i+1) {
-			t.Fatalf("seqs across the kill %v: want 1..%d, each once", seen, len(seen))
-		}
-	}
+	finishAttached(t, a, seen, text, words, "the kill")
 }
