@@ -69,10 +69,7 @@ func (m StartRound) Validate() error {
 	if total > MaxHistoryLen {
 		c.failf("history text is %d bytes, max %d", total, MaxHistoryLen)
 	}
-	if m.ReplyTo != nil {
-		c.id("reply_to.address", m.ReplyTo.Address, MaxPIDLen, true)
-		c.id("reply_to.id", m.ReplyTo.ID, MaxPIDLen, true)
-	}
+	c.replyTo(m.ReplyTo)
 	switch m.OnRequest {
 	case PolicyDefault, PolicyAuto, PolicyDecline, PolicyAsk:
 	default:
@@ -91,10 +88,7 @@ func (m AttachRound) Validate() error {
 	c := checker{name: "attach_round.v1"}
 	c.user(m.User)
 	c.id("round_id", m.RoundID, MaxIDLen, true)
-	if m.ReplyTo != nil {
-		c.id("reply_to.address", m.ReplyTo.Address, MaxPIDLen, true)
-		c.id("reply_to.id", m.ReplyTo.ID, MaxPIDLen, true)
-	}
+	c.replyTo(m.ReplyTo)
 	return c.err
 }
 
@@ -291,4 +285,12 @@ func plain(s string) bool {
 		}
 	}
 	return true
+}
+
+// replyTo checks an optional reply_to: when set, both fields.
+func (c *checker) replyTo(p *PID) {
+	if p != nil {
+		c.id("reply_to.address", p.Address, MaxPIDLen, true)
+		c.id("reply_to.id", p.ID, MaxPIDLen, true)
+	}
 }
