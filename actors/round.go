@@ -61,6 +61,7 @@ type roundActor struct {
 
 	// The outbox toward the caller (see emit).
 	pending     []messages.RoundEvent
+	tail        []byte // text coalesced into the last pending event, not yet in it (see seal)
 	windowStart time.Time
 	sentInWin   int
 	flushArmed  bool
@@ -144,7 +145,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 		if !r.done && !r.callerGone && r.req.replyTo != nil && m.ListenAddr == r.req.replyTo.Address {
 			r.log.Warn("the caller is unreachable; interrupting the round")
 			r.callerGone = true
-			r.pending = nil
+			r.pending, r.tail = nil, nil
 			r.stop()
 		}
 	case approvalAnswered:
@@ -233,11 +234,12 @@ func (r *roundActor) emit(ev messages.RoundEvent) {
 		r.cfg.Metrics.FirstDelta.Observe(time.Since(r.startedAt).Seconds())
 	}
 	if n := len(r.pending); n > 0 {
-		if last := &r.pending[n-1]; coalesces(*last, ev) {
-			last.Text += ev.Text
+		if coalesces(r.pending[n-1], ev) {
+			r.tail = append(r.tail, ev.Text...) // += on the string would copy it whole for every delta
 			return
 		}
 	}
+	r.seal()
 	if r.overflowed {
 		r.dropped++ // the round is being interrupted; what it still says is not kept
 		return
@@ -254,6 +256,7 @@ func (r *roundActor) emit(ev messages.RoundEvent) {
 // flush sends what the window allows (everything when all is set) and arms
 // a timer for the rest.
 func (r *roundActor) flush(all bool) {
+	r.seal()
 	now := time.Now()
 	if now.Sub(r.windowStart) >= r.cfg.OutboxWindow {
 		r.windowStart, r.sentInWin = now, 0
@@ -274,6 +277,15 @@ func (r *roundActor) flush(all bool) {
 		r.flushArmed = true
 		engine, self := r.engine, r.self
 		time.AfterFunc(r.cfg.OutboxWindow-now.Sub(r.windowStart), func() { engine.Send(self, flushOutbox{}) })
+	}
+}
+
+// seal moves the coalesced tail into the last pending event.
+func (r *roundActor) seal() {
+	if len(r.tail) > 0 {
+		last := &r.pending[len(r.pending)-1]
+		last.Text += string(r.tail)
+		r.tail = r.tail[:0]
 	}
 }
 
