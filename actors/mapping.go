@@ -188,12 +188,29 @@ func coalesces(last, next messages.RoundEvent) bool {
 // Answer is the assistant text of the round so far.
 func (m *mapper) Answer() string { return m.answer.String() }
 
+var deltaKeys = [4]string{"threadId", "turnId", "itemId", "delta"}
+
+// noteHead reads the members of a notification's params every note needs
+// (threadId, turnId) and those of the delta notifications (itemId,
+// delta), which are most of a turn's: with one scan of the top-level keys
+// (see scanStrings) when it can, else json.Unmarshal, whose error it
+// returns with what it could read.
+func noteHead(params json.RawMessage) (codexproto.Delta, error) {
+	var v [4]string
+	if ok, sure := scanStrings(params, deltaKeys[:], v[:]); sure && ok {
+		return codexproto.Delta{ThreadID: v[0], TurnID: v[1], ItemID: v[2], Delta: v[3]}, nil
+	}
+	var d codexproto.Delta
+	err := json.Unmarshal(params, &d)
+	return d, err
+}
+
 // note maps one notification. It returns the events to send and, for
 // turn/completed, the end of the turn. Anything it does not know yields
 // nothing: no notification may fault a round.
 func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd) {
-	var h codexproto.ThreadHeader
-	_ = json.Unmarshal(n.Params, &h) // absent or unreadable: the round's own
+	d, derr := noteHead(n.Params)
+	h := codexproto.ThreadHeader{ThreadID: d.ThreadID, TurnID: d.TurnID} // absent or unreadable: the round's own
 	if m.thread != "" && h.ThreadID != "" && h.ThreadID != m.thread {
 		if c := m.children[h.ThreadID]; c != nil {
 			return m.childNote(n, h, c), nil
@@ -205,16 +222,14 @@ func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd
 	}
 	switch n.Method {
 	case codexproto.NoteAgentMessageDelta:
-		var d codexproto.Delta
-		if json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
+		if derr != nil || d.Delta == "" {
 			return nil, nil
 		}
 		m.streamed[d.ItemID] = true
 		m.answer.WriteString(d.Delta)
 		return one(messages.RoundEvent{Kind: messages.KindText, Text: d.Delta, ItemID: d.ItemID}), nil
 	case codexproto.NoteReasoningSummary, codexproto.NoteReasoningText:
-		var d codexproto.Delta
-		if json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
+		if derr != nil || d.Delta == "" {
 			return nil, nil
 		}
 		m.streamed[d.ItemID] = true
@@ -587,8 +602,11 @@ func (m *mapper) noteRateLimits(s codexproto.RateLimitSnapshot) {
 
 // outputDelta maps a command output delta, for rounds that asked for them.
 func (m *mapper) outputDelta(n *codexrpc.Notification, agent string) []messages.RoundEvent {
-	var d codexproto.Delta
-	if !m.streamOutput || json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
+	if !m.streamOutput {
+		return nil
+	}
+	d, err := noteHead(n.Params)
+	if err != nil || d.Delta == "" {
 		return nil
 	}
 	return one(messages.RoundEvent{Kind: messages.KindCommandOutput, Text: d.Delta, ItemID: d.ItemID, AgentThread: agent})
@@ -618,8 +636,8 @@ func (m *mapper) childNote(n *codexrpc.Notification, h codexproto.ThreadHeader, 
 	var evs []messages.RoundEvent
 	switch n.Method {
 	case codexproto.NoteAgentMessageDelta, codexproto.NoteReasoningSummary, codexproto.NoteReasoningText:
-		var d codexproto.Delta
-		if json.Unmarshal(n.Params, &d) != nil || d.Delta == "" {
+		d, err := noteHead(n.Params)
+		if err != nil || d.Delta == "" {
 			return nil
 		}
 		m.streamed[d.ItemID] = true

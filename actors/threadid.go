@@ -3,6 +3,7 @@ package actors
 import (
 	"bytes"
 	"encoding/json"
+	"unicode/utf8"
 )
 
 // threadOf is the threadId of a notification's or a request's params
@@ -11,14 +12,13 @@ import (
 // It runs for every notification in the app-server actor, serially for
 // all of a user's threads, on params the Conn's reader has already
 // validated. Decoding them whole (json.Unmarshal) cost as much as the
-// reader's own decode; scanThreadID reads the top-level keys only, up to
+// reader's own decode; scanStrings reads the top-level keys only, up to
 // "threadId" (the CLI writes it first), skipping other values without
-// decoding them, and leaves anything unusual (an escaped or non-ASCII key,
-// "threadId" in another case, an id not plain ASCII, a non-string id) to
-// json.Unmarshal.
+// decoding them.
 func threadOf(params json.RawMessage) (threadID string, ok bool) {
-	if id, ok, sure := scanThreadID(params); sure {
-		return id, ok
+	var v [1]string
+	if ok, sure := scanStrings(params, threadIDKey[:], v[:]); sure {
+		return v[0], ok
 	}
 	var head struct {
 		ThreadID string `json:"threadId"`
@@ -29,65 +29,116 @@ func threadOf(params json.RawMessage) (threadID string, ok bool) {
 	return head.ThreadID, true
 }
 
-// scanThreadID finds the top-level "threadId" string of a JSON object;
-// sure is false when it cannot tell without a full decode.
-func scanThreadID(b []byte) (id string, ok, sure bool) {
+var threadIDKey = [1]string{"threadId"}
+
+// scanStrings reads the top-level string members named by keys of a JSON
+// object into vals (same order; a key absent leaves ""), as json.Unmarshal
+// into a struct of string fields with those names would, without decoding
+// the other values. It stops once every key is found (the first of
+// duplicate keys wins there, where json.Unmarshal takes the last: the CLI
+// writes none). sure is false when it cannot tell without a full decode:
+// not an object, a key with an escape or a byte outside ASCII, a key
+// matching a wanted one only in another case (json.Unmarshal folds case),
+// a wanted value that is not a string or null. ok is false when b is not
+// a JSON object. b must be valid JSON for the results to be json.Unmarshal's.
+func scanStrings(b []byte, keys []string, vals []string) (ok, sure bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return "", false, false
+		return false, false
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return "", true, true
+		return true, true
 	}
+	left := len(keys)
 	for i < len(b) {
 		if b[i] != '"' {
-			return "", false, false
+			return false, false
 		}
 		end := stringEnd(b, i)
 		if end < 0 {
-			return "", false, false
+			return false, false
 		}
 		key := b[i+1 : end-1]
-		if !plainKey(key) {
-			return "", false, false
+		k, known := wantedKey(key, keys)
+		if !known {
+			return false, false
 		}
 		i = skipSpace(b, end)
 		if i >= len(b) || b[i] != ':' {
-			return "", false, false
+			return false, false
 		}
 		i = skipSpace(b, i+1)
-		if string(key) == "threadId" {
-			if i >= len(b) || b[i] != '"' {
-				return "", false, false // null, a number, …: as json.Unmarshal says
+		if k >= 0 {
+			switch {
+			case i < len(b) && b[i] == '"':
+				end := stringEnd(b, i)
+				if end < 0 {
+					return false, false
+				}
+				v, ok := stringValue(b[i:end])
+				if !ok {
+					return false, false
+				}
+				vals[k] = v
+				i = end
+			case bytes.HasPrefix(b[i:], []byte("null")):
+				vals[k] = ""
+				i += len("null")
+			default:
+				return false, false // a number, an object, …: as json.Unmarshal says
 			}
-			end := stringEnd(b, i)
-			if end < 0 || !plain(b[i+1:end-1]) {
-				return "", false, false // json.Unmarshal unescapes, and replaces invalid UTF-8
+			if left--; left == 0 {
+				return true, true
 			}
-			return string(b[i+1 : end-1]), true, true
-		}
-		if i = valueEnd(b, i); i < 0 {
-			return "", false, false
+		} else if i = valueEnd(b, i); i < 0 {
+			return false, false
 		}
 		i = skipSpace(b, i)
 		switch {
 		case i < len(b) && b[i] == ',':
 			i = skipSpace(b, i+1)
 		case i < len(b) && b[i] == '}':
-			return "", true, true
+			return true, true
 		default:
-			return "", false, false
+			return false, false
 		}
 	}
-	return "", false, false
+	return false, false
 }
 
-// plainKey reports a key the scan can judge: no escape and no byte
-// outside ASCII, and not "threadId" in another case (json.Unmarshal
-// matches field names case-insensitively, Unicode folding included).
-func plainKey(key []byte) bool {
-	return plain(key) && (string(key) == "threadId" || !bytes.EqualFold(key, []byte("threadId")))
+// wantedKey is the index of key in keys (-1: not wanted); known is false
+// when the scan cannot judge the key (see plain), or it matches a wanted
+// key only in another case.
+func wantedKey(key []byte, keys []string) (k int, known bool) {
+	if !plain(key) {
+		return -1, false
+	}
+	for j, w := range keys {
+		if string(key) == w {
+			return j, true
+		}
+		if bytes.EqualFold(key, []byte(w)) {
+			return -1, false
+		}
+	}
+	return -1, true
+}
+
+// stringValue is the value of the JSON string token tok (quotes
+// included): its bytes when it has no escape and is valid UTF-8, else
+// json.Unmarshal's reading of the token alone (which unescapes, and
+// replaces invalid UTF-8).
+func stringValue(tok []byte) (string, bool) {
+	body := tok[1 : len(tok)-1]
+	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		return string(body), true
+	}
+	var s string
+	if json.Unmarshal(tok, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // plain reports a string's content that is ASCII without escapes: its

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"github.com/meshweaver/supervisor/codexproto"
 )
 
 // threadOfDecoded is threadOf by a full decode: what the scan must agree
@@ -66,7 +68,7 @@ func FuzzThreadOf(f *testing.F) {
 			return
 		}
 		var keys map[string]json.RawMessage
-		if json.Unmarshal(b, &keys) == nil && countKey(b) > 1 {
+		if json.Unmarshal(b, &keys) == nil && countKey(b, "threadId") > 1 {
 			return // duplicate keys
 		}
 		if wid, wok := threadOfDecoded(b); id != wid || ok != wok {
@@ -75,8 +77,8 @@ func FuzzThreadOf(f *testing.F) {
 	})
 }
 
-// countKey counts the top-level "threadId" keys of an object.
-func countKey(b []byte) int {
+// countKey counts the top-level keys named name of an object.
+func countKey(b []byte, name string) int {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return 0
@@ -87,7 +89,7 @@ func countKey(b []byte) int {
 		if err != nil {
 			return n
 		}
-		if tok == "threadId" {
+		if tok == name {
 			n++
 		}
 		var skip json.RawMessage
@@ -110,6 +112,62 @@ func BenchmarkThreadOf(b *testing.B) {
 	b.Run("decode", func(b *testing.B) {
 		for b.Loop() {
 			threadOfDecoded(deltaParams)
+		}
+	})
+}
+
+var noteHeadSeeds = []string{
+	string(deltaParams),
+	`{"threadId":"t","turnId":"u","itemId":"i","delta":"line\nwith \"quotes\" and \u00e9\ud83d\ude00"}`,
+	`{"threadId":"t","itemId":"i","delta":"café — ok"}`,
+	`{"threadId":"t","delta":"bad \ud800 surrogate"}`,
+	"{\"threadId\":\"t\",\"delta\":\"invalid \xff utf-8\"}",
+	`{"delta":null,"itemId":"i"}`,
+	`{"Delta":"case","threadId":"t"}`,
+	`{"delta":5}`,
+	`{"item":{"delta":"nested"},"turn":{"id":"x"},"threadId":"t"}`,
+	`{"turnId":"u","threadId":"t","extra":[{"itemId":"no"}],"itemId":"i","delta":"d","after":1}`,
+	`{}`,
+	`[]`,
+	`"delta"`,
+}
+
+// noteHead's scan agrees with a full decode into codexproto.Delta on
+// every valid JSON input without duplicate keys (the CLI writes none):
+// the same members, and an error exactly when the decode fails.
+func FuzzNoteHead(f *testing.F) {
+	for _, s := range noteHeadSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b := []byte(s)
+		got, gerr := noteHead(b) // never panics, on any input
+		if !json.Valid(b) {
+			return
+		}
+		for _, k := range deltaKeys {
+			if countKey(b, k) > 1 {
+				return
+			}
+		}
+		var want codexproto.Delta
+		werr := json.Unmarshal(b, &want)
+		if got != want || (gerr == nil) != (werr == nil) {
+			t.Errorf("noteHead(%s) = %+v, %v; a decode says %+v, %v", s, got, gerr, want, werr)
+		}
+	})
+}
+
+func BenchmarkNoteHead(b *testing.B) {
+	b.Run("scan", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = noteHead(deltaParams)
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		for b.Loop() {
+			var d codexproto.Delta
+			_ = json.Unmarshal(deltaParams, &d)
 		}
 	})
 }

@@ -101,6 +101,8 @@ func (f *Fake) Serve(ctx context.Context, r io.Reader, w io.Writer, stderr io.Wr
 		}
 	}()
 
+	s.flush() // anything written before the first line
+	defer s.flush()
 	var retries <-chan time.Time
 	if f.UpstreamRetryMs > 0 {
 		t := time.NewTicker(time.Duration(f.UpstreamRetryMs) * time.Millisecond)
@@ -113,11 +115,14 @@ func (f *Fake) Serve(ctx context.Context, r io.Reader, w io.Writer, stderr io.Wr
 			return ctx.Err()
 		case <-retries:
 			s.retryTick()
+			s.flush()
 			if s.werr != nil {
 				return fmt.Errorf("writing: %w", s.werr)
 			}
 		case line := <-lines:
-			if err := s.handleLine(line); err != nil {
+			err := s.handleLine(line)
+			s.flush()
+			if err != nil {
 				return err
 			}
 			if s.werr != nil {
@@ -140,7 +145,7 @@ func (f *Fake) Serve(ctx context.Context, r io.Reader, w io.Writer, stderr io.Wr
 // session is the state of one Serve call. Only Serve's loop touches it.
 type session struct {
 	f         *Fake
-	w         io.Writer
+	w         *bufio.Writer // flushed after each line handled (see Serve): a turn's flood is a few writes, not one per line
 	stderr    io.Writer
 	werr      error
 	record    *os.File
@@ -168,7 +173,7 @@ type session struct {
 func newSession(f *Fake, w, stderr io.Writer) *session {
 	s := &session{
 		f:           f,
-		w:           w,
+		w:           bufio.NewWriterSize(w, 64<<10),
 		stderr:      stderr,
 		replyText:   f.ReplyText,
 		codexHome:   f.CodexHome,
@@ -262,6 +267,13 @@ func marshal(v any) []byte {
 		panic(fmt.Sprintf("fakeappserver: marshaling %T: %v", v, err)) // a bug in the fake
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// flush writes what the session's lines left in its buffer.
+func (s *session) flush() {
+	if s.werr == nil {
+		s.werr = s.w.Flush()
+	}
 }
 
 func (s *session) writeLine(line []byte) {

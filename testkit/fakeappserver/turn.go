@@ -237,6 +237,14 @@ func splitWords(text string) []string {
 	return words
 }
 
+// deltaParams is a delta's params in the real server's key order.
+type deltaParams struct {
+	ThreadID string `json:"threadId"`
+	TurnID   string `json:"turnId"`
+	ItemID   string `json:"itemId"`
+	Delta    string `json:"delta"`
+}
+
 // messageSteps streams one agentMessage: item/started, one delta per word
 // (pausing after the first with HoldTurns), item/completed.
 func (s *session) messageSteps(t *turn) []func() {
@@ -268,13 +276,13 @@ func (s *session) messageSteps(t *turn) []func() {
 	for i, word := range splitWords(s.replyText) {
 		steps = append(steps, func() {
 			ts := nowMs()
-			params := obj{"threadId": t.th.id, "turnId": t.id, "itemId": itemID, "delta": word}
+			params := deltaParams{ThreadID: t.th.id, TurnID: t.id, ItemID: itemID, Delta: word}
 			line := notificationLine("item/agentMessage/delta", params, ts)
 			if pad := s.f.HugeLineBytes - len(line); i == 0 && pad > 0 {
-				params["delta"] = word + strings.Repeat("x", pad)
+				params.Delta = word + strings.Repeat("x", pad)
 				line = notificationLine("item/agentMessage/delta", params, ts)
 			}
-			text.WriteString(params["delta"].(string))
+			text.WriteString(params.Delta)
 			s.writeLine(line)
 		})
 		if i == 0 && s.f.HoldTurns && !t.steered {
