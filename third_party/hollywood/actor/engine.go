@@ -234,7 +234,8 @@ func (e *Engine) sendPoisonPill(ctx context.Context, graceful bool, pid *PID) co
 		graceful: graceful,
 	}
 	// deadletter - if we didn't find a process, we will broadcast a DeadletterEvent
-	if e.Registry.get(pid) == nil {
+	proc := e.Registry.get(pid)
+	if proc == nil {
 		e.BroadcastEvent(DeadLetterEvent{
 			Target:  pid,
 			Message: pill,
@@ -243,7 +244,10 @@ func (e *Engine) sendPoisonPill(ctx context.Context, graceful bool, pid *PID) co
 		cancel()
 		return ctx
 	}
-	e.SendLocal(pid, pill, nil)
+	// meshweaver patch: to the process found, not through SendLocal: a process removed from
+	// the registry meanwhile would send the pill to the dead letters, and
+	// its context would never end. A stopped process ends it (see Send).
+	proc.Send(pid, pill, nil)
 	return ctx
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/DataDog/gostackparse"
@@ -33,6 +34,16 @@ type process struct {
 	pid      *PID
 	restarts int32
 	mbuffer  []Envelope
+
+	// meshweaver patch: a poison pill's context must end once the process is gone, even for
+	// a pill that was not the one that stopped it: one in the same batch,
+	// one that arrived while it stopped (its inbox is never read again),
+	// one sent after. gone, under pillMu, says the process has stopped;
+	// Send then ends a pill's context at once. (Upstream leaves such a
+	// pill's context open forever, and a parent that poisons a child
+	// already stopping waits on it for ever.)
+	pillMu sync.Mutex
+	gone   bool
 }
 
 func newProcess(e *Engine, opts Opts) *process {
@@ -93,7 +104,11 @@ func (p *process) Invoke(msgs []Envelope) {
 					p.invokeMsg(m)
 				}
 			}
+			late := pillsIn(msgs[i+1:])
 			p.cleanup(pill.cancel)
+			for _, cancel := range late {
+				cancel()
+			}
 			return
 		}
 		p.invokeMsg(msg)
@@ -199,10 +214,52 @@ func (p *process) cleanup(cancel context.CancelFunc) {
 	applyMiddleware(p.context.receiver.Receive, p.Opts.Middleware...)(p.context)
 
 	p.context.engine.BroadcastEvent(ActorStoppedEvent{PID: p.pid, Timestamp: time.Now()})
+
+	// meshweaver patch: the pills that came while it stopped; later ones Send ends itself.
+	p.pillMu.Lock()
+	p.gone = true
+	var left []Envelope
+	if in, ok := p.inbox.(*Inbox); ok {
+		for {
+			msgs, ok := in.rb.PopN(messageBatchSize)
+			if !ok || len(msgs) == 0 {
+				break
+			}
+			left = append(left, msgs...)
+		}
+	}
+	p.pillMu.Unlock()
+	for _, cancel := range pillsIn(left) {
+		cancel()
+	}
+}
+
+// pillsIn is the cancel functions of the poison pills among msgs.
+func pillsIn(msgs []Envelope) []context.CancelFunc {
+	var cancels []context.CancelFunc
+	for _, m := range msgs {
+		if pill, ok := m.Msg.(poisonPill); ok && pill.cancel != nil {
+			cancels = append(cancels, pill.cancel)
+		}
+	}
+	return cancels
 }
 
 func (p *process) PID() *PID { return p.pid }
 func (p *process) Send(_ *PID, msg any, sender *PID) {
+	if pill, ok := msg.(poisonPill); ok {
+		p.pillMu.Lock()
+		if p.gone {
+			p.pillMu.Unlock()
+			if pill.cancel != nil {
+				pill.cancel()
+			}
+			return
+		}
+		p.inbox.Send(Envelope{Msg: msg, Sender: sender})
+		p.pillMu.Unlock()
+		return
+	}
 	p.inbox.Send(Envelope{Msg: msg, Sender: sender})
 }
 func (p *process) Shutdown() {
