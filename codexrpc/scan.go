@@ -3,7 +3,9 @@ package codexrpc
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"math/bits"
+	"unicode/utf8"
 )
 
 // The fast path of DecodeMessage: one pass over a line that validates it as
@@ -356,4 +358,103 @@ func literalEnd(b []byte, i int, lit string) int {
 		return -1
 	}
 	return i + len(lit)
+}
+
+// ScanStrings reads string members of the JSON object obj as json.Unmarshal
+// into a struct whose fields are strings named names (their json tags)
+// would: out[i] is the value of the member names[i], "" when it is absent
+// or null. It validates obj in one pass and decodes nothing else, so it
+// costs a fraction of json.Unmarshal on the notifications the CLI writes.
+// sure is false when it cannot answer as json.Unmarshal would (obj is not
+// one valid object, a key is escaped or not ASCII or one of names in
+// another case, a name comes twice, its value is neither a string nor
+// null, or there are over 64 names): decode obj with encoding/json then.
+// The strings do not alias obj. out must be at least as long as names.
+func ScanStrings(obj []byte, names []string, out []string) (sure bool) {
+	if len(names) > 64 || len(out) < len(names) {
+		return false
+	}
+	clear(out[:len(names)])
+	b := obj
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return skipSpace(b, i+1) == len(b)
+	}
+	var seen uint64
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return false
+		}
+		end, plain := stringEnd(b, i)
+		if end < 0 || !plain {
+			return false
+		}
+		key := b[i+1 : end-1]
+		field := -1
+		for k, name := range names {
+			if string(key) == name {
+				field = k
+				break
+			}
+			if len(key) == len(name) && bytes.EqualFold(key, []byte(name)) {
+				return false // encoding/json would match it if no exact match came first
+			}
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		start := skipSpace(b, i+1)
+		if end = valueEnd(b, start); end < 0 {
+			return false
+		}
+		if field >= 0 {
+			if seen&(1<<field) != 0 {
+				return false
+			}
+			seen |= 1 << field
+			s, ok := stringValue(b[start:end])
+			if !ok {
+				return false
+			}
+			out[field] = s
+		}
+		i = skipSpace(b, end)
+		switch {
+		case i < len(b) && b[i] == ',':
+			i = skipSpace(b, i+1)
+		case i < len(b) && b[i] == '}':
+			return skipSpace(b, i+1) == len(b)
+		default:
+			return false
+		}
+	}
+}
+
+// stringValue decodes a valid JSON value into a string as encoding/json
+// does: null is "", a string without escapes whose bytes are valid UTF-8
+// is its bytes, any other string goes through encoding/json (which
+// unescapes and replaces invalid UTF-8); ok is false for other values.
+func stringValue(v []byte) (string, bool) {
+	switch {
+	case string(v) == "null":
+		return "", true
+	case v[0] != '"':
+		return "", false
+	}
+	body := v[1 : len(v)-1]
+	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		return string(body), true
+	}
+	return unquoteJSON(v)
+}
+
+// unquoteJSON decodes a JSON string with encoding/json (apart, so that
+// stringValue's result does not escape to the heap).
+func unquoteJSON(v []byte) (s string, ok bool) {
+	return s, json.Unmarshal(v, &s) == nil
 }
