@@ -68,7 +68,7 @@ func (lr *LineReader) ReadLine() ([]byte, error) {
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF):
-			if tooLong {
+			if tooLong || len(lr.buf) > lr.max { // no terminator to allow room for
 				return nil, fmt.Errorf("%w: %d bytes over a cap of %d", ErrLineTooLong, n, lr.max)
 			}
 			if len(lr.buf) > 0 {

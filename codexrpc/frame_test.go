@@ -23,6 +23,7 @@ func TestLineReader(t *testing.T) {
 		{"huge line", big + "\nz\n", 0, []string{big, "z"}},
 		{"over cap skipped", "ok\n" + strings.Repeat("y", 100) + "\nafter\n", 10, []string{"ok", "!", "after"}},
 		{"over cap at end", "ok\n" + strings.Repeat("y", 100), 10, []string{"ok", "!"}},
+		{"just over cap at end", "ok\n" + strings.Repeat("y", 11), 10, []string{"ok", "!"}},
 		{"exactly cap", strings.Repeat("y", 10) + "\n", 10, []string{strings.Repeat("y", 10)}},
 	}
 	for _, tt := range tests {
