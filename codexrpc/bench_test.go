@@ -127,3 +127,41 @@ func BenchmarkBareLineRead(b *testing.B) {
 	}
 	b.ReportMetric(float64(lines*b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
+
+// deltaLine is the most frequent line of a turn.
+const deltaLine = `{"method":"item/agentMessage/delta","params":{"threadId":"019a236e-a80d-7660-b6b5-cfa3e35fe0ad","turnId":"019a236e-a80d-7660-b6b5-cfa3e35fe0ae","itemId":"msg_0a1b2c3d4e5f","delta":" the"}}`
+
+// BenchmarkDecode decodes the recorded stream's lines and a delta line,
+// by DecodeMessage's decoder and by encoding/json (its fallback and the
+// decoder it replaced), in one run so load hits both alike.
+func BenchmarkDecode(b *testing.B) {
+	stream := streamLines(b)
+	var size int
+	for _, l := range stream {
+		size += len(l)
+	}
+	for _, in := range []struct {
+		name  string
+		lines [][]byte
+		bytes int
+	}{{"stream", stream, size}, {"delta", [][]byte{[]byte(deltaLine)}, len(deltaLine)}} {
+		var d decoder
+		for _, dec := range []struct {
+			name string
+			fn   func([]byte) (Message, error)
+		}{{"scan", d.decode}, {"json", decodeJSON}} {
+			b.Run(in.name+"/"+dec.name, func(b *testing.B) {
+				b.SetBytes(int64(in.bytes))
+				b.ReportAllocs()
+				for b.Loop() {
+					for _, l := range in.lines {
+						if _, err := dec.fn(l); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(len(in.lines)*b.N)/b.Elapsed().Seconds(), "msgs/s")
+			})
+		}
+	}
+}

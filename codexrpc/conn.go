@@ -422,6 +422,7 @@ func (c *Conn) Wait(ctx context.Context) error {
 func (c *Conn) readLoop() {
 	defer close(c.done)
 	lr := NewLineReader(c.r, c.opts.MaxLineBytes)
+	var dec decoder
 	var readErr error
 	for {
 		line, err := lr.ReadLine()
@@ -437,7 +438,7 @@ func (c *Conn) readLoop() {
 		if c.opts.Trace != nil {
 			c.opts.Trace(false, line)
 		}
-		msg, err := DecodeMessage(line)
+		msg, err := dec.decode(line)
 		if err != nil {
 			c.log.Warn("codex: skipping a line that is not JSON-RPC", "err", err, "bytes", len(line), "head", logHead(line))
 			lr.shrink()

@@ -41,11 +41,15 @@ func NewLineReader(r io.Reader, max int) *LineReader {
 // keep reading. At the end of the stream it returns io.EOF; a final line
 // without a newline is returned first.
 func (lr *LineReader) ReadLine() ([]byte, error) {
+	chunk, err := lr.r.ReadSlice('\n')
+	if err == nil && len(chunk) <= lr.max+2 {
+		// The whole line is in the reader's buffer: no copy.
+		return lr.complete(chunk)
+	}
 	lr.buf = lr.buf[:0]
 	tooLong := false
 	n := 0
-	for {
-		chunk, err := lr.r.ReadSlice('\n')
+	for ; ; chunk, err = lr.r.ReadSlice('\n') {
 		n += len(chunk)
 		if !tooLong {
 			if n > lr.max+2 { // allow room for "\r\n"
@@ -60,16 +64,11 @@ func (lr *LineReader) ReadLine() ([]byte, error) {
 			if tooLong {
 				return nil, fmt.Errorf("%w: %d bytes over a cap of %d", ErrLineTooLong, n, lr.max)
 			}
-			line := bytes.TrimSuffix(lr.buf, []byte("\n"))
-			line = bytes.TrimSuffix(line, []byte("\r"))
-			if len(line) > lr.max {
-				return nil, fmt.Errorf("%w: %d bytes over a cap of %d", ErrLineTooLong, len(line), lr.max)
-			}
-			return line, nil
+			return lr.complete(lr.buf)
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF):
-			if tooLong {
+			if tooLong || len(lr.buf) > lr.max { // no terminator to allow room for
 				return nil, fmt.Errorf("%w: %d bytes over a cap of %d", ErrLineTooLong, n, lr.max)
 			}
 			if len(lr.buf) > 0 {
@@ -80,6 +79,17 @@ func (lr *LineReader) ReadLine() ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// complete returns a whole line (with its newline) without its
+// terminator, or ErrLineTooLong.
+func (lr *LineReader) complete(line []byte) ([]byte, error) {
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	if len(line) > lr.max {
+		return nil, fmt.Errorf("%w: %d bytes over a cap of %d", ErrLineTooLong, len(line), lr.max)
+	}
+	return line, nil
 }
 
 // Shrink drops a buffer grown by an unusually long line, so one huge line

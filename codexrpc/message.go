@@ -53,14 +53,97 @@ type wireMessage struct {
 
 // DecodeMessage parses one line. The returned message does not alias line.
 func DecodeMessage(line []byte) (Message, error) {
+	var d decoder
+	return d.decode(line)
+}
+
+// decoder decodes lines, keeping the method names it has seen so that a
+// known method costs no allocation. The zero value is usable; it is not
+// safe for concurrent use (a Conn's read goroutine owns one).
+type decoder struct {
+	methods map[string]string // interned method names, up to maxInterned
+}
+
+// maxInterned bounds the interned method names (the CLI has about a hundred
+// methods); a peer inventing names past it gets fresh strings.
+const (
+	maxInterned       = 512
+	maxInternedLength = 128
+)
+
+func (d *decoder) decode(line []byte) (Message, error) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 || line[0] != '{' {
 		return nil, fmt.Errorf("%w: not a JSON object", ErrMalformed)
 	}
+	if w, ok := d.fast(line); ok {
+		return w.message()
+	}
+	return decodeJSON(line)
+}
+
+// decodeJSON decodes a trimmed line with encoding/json: the reference the
+// fast path agrees with, and its fallback.
+func decodeJSON(line []byte) (Message, error) {
 	var w wireMessage
 	if err := json.Unmarshal(line, &w); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
+	return w.message()
+}
+
+// fast decodes the lines the CLI writes (see scanLine) without
+// encoding/json; ok is false when the line is for encoding/json.
+func (d *decoder) fast(line []byte) (w wireMessage, ok bool) {
+	if line[len(line)-1] != '}' {
+		return w, false
+	}
+	s, ok := scanLine(line)
+	if !ok {
+		return w, false
+	}
+	if s.method.end > 0 {
+		w.Method = d.intern(line[s.method.start:s.method.end])
+	}
+	// One copy holds the raw values kept: the message must not alias line,
+	// which the LineReader reuses.
+	lo, hi := len(line), 0
+	for _, v := range [...]span{s.id, s.params, s.result} {
+		if v.end > 0 {
+			lo, hi = min(lo, v.start), max(hi, v.end)
+		}
+	}
+	if hi == 0 {
+		return w, true
+	}
+	buf := bytes.Clone(line[lo:hi])
+	raw := func(v span) json.RawMessage {
+		if v.end == 0 {
+			return nil
+		}
+		return buf[v.start-lo : v.end-lo : v.end-lo]
+	}
+	w.ID, w.Params, w.Result = raw(s.id), raw(s.params), raw(s.result)
+	return w, true
+}
+
+// intern returns b as a string, shared with earlier equal names.
+func (d *decoder) intern(b []byte) string {
+	if s, ok := d.methods[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(d.methods) < maxInterned && len(b) <= maxInternedLength {
+		if d.methods == nil {
+			d.methods = make(map[string]string)
+		}
+		d.methods[s] = s
+	}
+	return s
+}
+
+// message classifies a decoded union.
+func (w *wireMessage) message() (Message, error) {
 	hasID := len(w.ID) > 0 && !bytes.Equal(w.ID, []byte("null"))
 	if hasID && !validID(w.ID) {
 		return nil, fmt.Errorf("%w: id must be a number or a string", ErrMalformed)
