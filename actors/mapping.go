@@ -193,11 +193,11 @@ var deltaKeys = [4]string{"threadId", "turnId", "itemId", "delta"}
 // noteHead reads the members of a notification's params every note needs
 // (threadId, turnId) and those of the delta notifications (itemId,
 // delta), which are most of a turn's: with one scan of the top-level keys
-// (see scanStrings) when it can, else json.Unmarshal, whose error it
+// (codexrpc.ScanStrings) when it can, else json.Unmarshal, whose error it
 // returns with what it could read.
 func noteHead(params json.RawMessage) (codexproto.Delta, error) {
 	var v [4]string
-	if ok, sure := scanStrings(params, deltaKeys[:], v[:]); sure && ok {
+	if codexrpc.ScanStrings(params, deltaKeys[:], v[:]) {
 		return codexproto.Delta{ThreadID: v[0], TurnID: v[1], ItemID: v[2], Delta: v[3]}, nil
 	}
 	var d codexproto.Delta
