@@ -245,6 +245,44 @@ type deltaParams struct {
 	Delta    string `json:"delta"`
 }
 
+// plainWord reports a word JSON writes as its bytes between quotes (and
+// ids made of the same bytes): printable ASCII but for the quote, the
+// backslash and what encoding/json escapes.
+func plainWord(w string) bool {
+	for i := 0; i < len(w); i++ {
+		switch c := w[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
+}
+
+// writeDelta writes the line notificationLine would for a delta of a word
+// (by notificationLine when it or an id is not plain).
+func (s *session) writeDelta(t *turn, itemID, word string, ts int64) {
+	if s.werr != nil {
+		return
+	}
+	if !plainWord(word) || !plainWord(t.th.id) || !plainWord(t.id) || !plainWord(itemID) {
+		s.writeLine(notificationLine("item/agentMessage/delta", deltaParams{ThreadID: t.th.id, TurnID: t.id, ItemID: itemID, Delta: word}, ts))
+		return
+	}
+	w := s.w
+	w.WriteString(`{"method":"item/agentMessage/delta","params":{"threadId":"`)
+	w.WriteString(t.th.id)
+	w.WriteString(`","turnId":"`)
+	w.WriteString(t.id)
+	w.WriteString(`","itemId":"`)
+	w.WriteString(itemID)
+	w.WriteString(`","delta":"`)
+	w.WriteString(word)
+	w.WriteString(`"},"emittedAtMs":`)
+	var num [20]byte
+	w.Write(strconv.AppendInt(num[:0], ts, 10))
+	_, s.werr = w.WriteString("}\n")
+}
+
 // messageSteps streams one agentMessage: item/started, one delta per word
 // (pausing after the first with HoldTurns), item/completed.
 func (s *session) messageSteps(t *turn) []func() {
@@ -276,6 +314,12 @@ func (s *session) messageSteps(t *turn) []func() {
 	for i, word := range splitWords(s.replyText) {
 		steps = append(steps, func() {
 			ts := nowMs()
+			if s.f.HugeLineBytes == 0 && !s.f.GarbageLines {
+				// A flood's common case, without encoding/json: the same bytes.
+				text.WriteString(word)
+				s.writeDelta(t, itemID, word, ts)
+				return
+			}
 			params := deltaParams{ThreadID: t.th.id, TurnID: t.id, ItemID: itemID, Delta: word}
 			line := notificationLine("item/agentMessage/delta", params, ts)
 			if pad := s.f.HugeLineBytes - len(line); i == 0 && pad > 0 {
