@@ -65,8 +65,8 @@ func (a *appServerActor) launch() {
 		StopGrace: a.cfg.StopGrace,
 		Conn: codexrpc.Options{
 			Logger: a.log,
-			OnNotification: func(n *codexrpc.Notification) {
-				engine.Send(self, codexNote{gen: gen, note: n})
+			OnNotifications: func(ns []*codexrpc.Notification) {
+				engine.Send(self, codexNotes{gen: gen, notes: ns})
 			},
 			OnRequest: func(ctx context.Context, r *codexrpc.Request) (any, error) {
 				reply := make(chan serverAnswer, 2) // a wait, then the answer

@@ -56,7 +56,7 @@ type (
 	tick     struct{}
 	evictNow struct{}
 	// callDone is the answer to call seq, sent by the Conn's read goroutine
-	// in wire order with the process's notifications (codexNote).
+	// in wire order with the process's notifications (codexNotes).
 	callDone struct {
 		seq    uint64
 		result json.RawMessage
@@ -98,6 +98,7 @@ type appServerActor struct {
 	engine *actor.Engine
 	self   *actor.PID
 	ticker actor.SendRepeater
+	routed routed // a batch's notifications for one round, not yet sent (see toRound)
 
 	gen      uint64
 	proc     appProcess
@@ -204,11 +205,14 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		a.askers[m.round.ID] = m.log
 	case askViaGone:
 		delete(a.askers, m.round.ID)
-	case codexNote:
+	case codexNotes:
 		if m.gen == a.gen {
 			a.lastHeard = time.Now()
 			a.touch()
-			a.route(m.note)
+			for _, n := range m.notes {
+				a.route(n)
+			}
+			a.sendRouted()
 		}
 	case callDone:
 		if k := a.calls[m.seq]; k != nil {

@@ -222,22 +222,52 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 	}
 	if threadID == "" {
 		if strings.HasPrefix(n.Method, "account/") && a.pinned != nil {
+			a.sendRouted()
 			a.engine.Send(a.pinned, accountNote{note: n})
 		}
 		if n.Method == codexproto.NoteRateLimitsUpdated {
 			for _, round := range a.threads.rounds() {
-				a.engine.Send(round, roundNote{note: n})
+				a.toRound(round, n)
 			}
 		}
 		return
 	}
 	round, ok := a.threads.route(a.children.root(threadID), n)
 	if ok {
-		a.engine.Send(round, roundNote{note: n})
+		a.toRound(round, n)
 	}
 	if n.Method == codexproto.NoteMCPStartupStatus {
+		a.sendRouted()
 		a.mcpStartup(threadID, n, round)
 	}
+}
+
+// routed is the notifications routed to one round and not yet sent: a
+// run of them (most of a batch, in a flood) goes as one message.
+type routed struct {
+	to    *actor.PID
+	notes []*codexrpc.Notification
+}
+
+// toRound routes n to round, after what is routed to another round.
+func (a *appServerActor) toRound(round *actor.PID, n *codexrpc.Notification) {
+	if a.routed.to != nil && !a.routed.to.Equals(round) {
+		a.sendRouted()
+	}
+	a.routed.to = round
+	a.routed.notes = append(a.routed.notes, n)
+}
+
+// sendRouted sends the notifications toRound gathered.
+func (a *appServerActor) sendRouted() {
+	switch r := a.routed; len(r.notes) {
+	case 0:
+	case 1:
+		a.engine.Send(r.to, roundNote{note: r.notes[0]})
+	default:
+		a.engine.Send(r.to, roundNotes{notes: r.notes})
+	}
+	a.routed = routed{}
 }
 
 // MCPStartupReported is broadcast on the engine's event stream for every

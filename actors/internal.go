@@ -178,10 +178,12 @@ type codexExited struct {
 	err error // *codexrpc.ExitError for a death, codexrpc.ErrClosed for a stop
 }
 
-// codexNote is a notification from the process of generation gen.
-type codexNote struct {
-	gen  uint64
-	note *codexrpc.Notification
+// codexNotes is notifications from the process of generation gen, in
+// wire order: those its reader read together (codexrpc.Options.
+// OnNotifications), one hand-off for a flood of deltas.
+type codexNotes struct {
+	gen   uint64
+	notes []*codexrpc.Notification
 }
 
 // codexServerRequest is a server request to answer (a Request); the answer
@@ -217,6 +219,10 @@ type unsubscribe struct {
 
 // roundNote is a routed notification, delivered to the round actor.
 type roundNote struct{ note *codexrpc.Notification }
+
+// roundNotes is routed notifications of one round, in wire order: a
+// codexNotes batch's run of notifications for the same round.
+type roundNotes struct{ notes []*codexrpc.Notification }
 
 // questionAsked surfaces a requestUserInput question to the round.
 type questionAsked struct{ text string }

@@ -176,31 +176,10 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.conclude()
 		}
 	case roundNote:
-		if r.done {
-			return
-		}
-		if isProgress(m.note) {
-			r.lastProgress = time.Now()
-		}
-		if m.note.Method == codexproto.NoteTurnStarted {
-			r.turnBegun = true // the CLI holds the user's message now
-		}
-		events, end := r.mapper.note(m.note)
-		if r.interrupt && r.mapper.turnID != "" {
-			r.interrupt = false // asked before the turn had an id; it has one now
-			r.interruptTurn(nil)
-		}
-		if cur := r.currentTurn(); end != nil && cur != "" && end.TurnID != "" && end.TurnID != cur {
-			end = nil // another turn of the thread (an earlier round's): not this round's end
-		}
-		if end != nil {
-			r.turnBegun = true // a turn that ended had begun
-		}
-		for _, ev := range events {
-			r.emit(ev)
-		}
-		if end != nil {
-			r.turnEnded(end)
+		r.onNote(m.note)
+	case roundNotes:
+		for _, n := range m.notes {
+			r.onNote(n)
 		}
 	case questionAsked:
 		if !r.done {
@@ -277,6 +256,37 @@ func (r *roundActor) flush(all bool) {
 		r.flushArmed = true
 		engine, self := r.engine, r.self
 		time.AfterFunc(r.cfg.OutboxWindow-now.Sub(r.windowStart), func() { engine.Send(self, flushOutbox{}) })
+	}
+}
+
+// onNote takes one notification of the round's thread (or of its child
+// agents' threads), in wire order.
+func (r *roundActor) onNote(n *codexrpc.Notification) {
+	if r.done {
+		return
+	}
+	if isProgress(n) {
+		r.lastProgress = time.Now()
+	}
+	if n.Method == codexproto.NoteTurnStarted {
+		r.turnBegun = true // the CLI holds the user's message now
+	}
+	events, end := r.mapper.note(n)
+	if r.interrupt && r.mapper.turnID != "" {
+		r.interrupt = false // asked before the turn had an id; it has one now
+		r.interruptTurn(nil)
+	}
+	if cur := r.currentTurn(); end != nil && cur != "" && end.TurnID != "" && end.TurnID != cur {
+		end = nil // another turn of the thread (an earlier round's): not this round's end
+	}
+	if end != nil {
+		r.turnBegun = true // a turn that ended had begun
+	}
+	for _, ev := range events {
+		r.emit(ev)
+	}
+	if end != nil {
+		r.turnEnded(end)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/mcpfront"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -90,12 +91,21 @@ func (o *threadOpActor) Receive(c *actor.Context) {
 	case appAnswer:
 		o.callAnswered(m)
 	case roundNote:
-		// compact: the compaction runs as a turn; its end is the answer.
-		if m.note.Method == codexproto.NoteTurnCompleted {
-			o.finish(compactEnd(m.note.Params))
+		o.onNote(m.note)
+	case roundNotes:
+		for _, n := range m.notes {
+			o.onNote(n)
 		}
 	case saved:
 		o.finish(m.err)
+	}
+}
+
+// onNote takes a notification of the thread. compact: the compaction runs
+// as a turn; its end is the answer.
+func (o *threadOpActor) onNote(n *codexrpc.Notification) {
+	if n.Method == codexproto.NoteTurnCompleted {
+		o.finish(compactEnd(n.Params))
 	}
 }
 

@@ -37,6 +37,15 @@ type Options struct {
 	// read goroutine. It must not block; unknown methods are the handler's to
 	// ignore.
 	OnNotification func(*Notification)
+	// OnNotifications, when set, is called instead of OnNotification with
+	// notifications in arrival order, on the read goroutine: those read
+	// one after another while more whole lines were already buffered go
+	// together (at most MaxNotificationBatch), so a flood costs the
+	// receiver one hand-off per batch instead of one per line. It never
+	// waits for input to fill a batch, and a batch is handed off before an
+	// answer or a server request that follows it on the wire. The callee
+	// owns the slice. It must not block.
+	OnNotifications func([]*Notification)
 	// OnRequest answers server-initiated requests; nil answers every one with
 	// -32601 (method not found).
 	OnRequest RequestHandler
@@ -80,6 +89,7 @@ type Conn struct {
 	handlerCtx    context.Context
 	cancelHandler context.CancelFunc
 	handlers      sync.WaitGroup
+	batch         []*Notification // read goroutine only: for OnNotifications
 	done          chan struct{} // closed when the read goroutine returns
 }
 
@@ -419,12 +429,18 @@ func (c *Conn) Wait(ctx context.Context) error {
 	}
 }
 
+// MaxNotificationBatch caps one call of Options.OnNotifications.
+const MaxNotificationBatch = 64
+
 func (c *Conn) readLoop() {
 	defer close(c.done)
 	lr := NewLineReader(c.r, c.opts.MaxLineBytes)
 	var dec decoder
 	var readErr error
 	for {
+		if len(c.batch) > 0 && !lr.Ready() {
+			c.handOff() // nothing more to read without waiting
+		}
 		line, err := lr.ReadLine()
 		if err != nil {
 			if errors.Is(err, ErrLineTooLong) {
@@ -447,10 +463,34 @@ func (c *Conn) readLoop() {
 		c.dispatch(msg)
 		lr.shrink()
 	}
+	c.handOff()
 	c.finish(readErr)
 }
 
+// handOff gives the batched notifications to OnNotifications.
+func (c *Conn) handOff() {
+	if len(c.batch) == 0 {
+		return
+	}
+	b := c.batch
+	c.batch = nil
+	c.opts.OnNotifications(b)
+}
+
 func (c *Conn) dispatch(msg Message) {
+	if n, ok := msg.(*Notification); ok {
+		switch {
+		case c.opts.OnNotifications != nil:
+			c.batch = append(c.batch, n)
+			if len(c.batch) == MaxNotificationBatch {
+				c.handOff()
+			}
+		case c.opts.OnNotification != nil:
+			c.opts.OnNotification(n)
+		}
+		return
+	}
+	c.handOff() // what came before an answer or a request is delivered first
 	switch m := msg.(type) {
 	case *Response:
 		id, err := strconv.ParseInt(string(m.ID), 10, 64)
@@ -465,10 +505,6 @@ func (c *Conn) dispatch(msg Message) {
 			return
 		}
 		p.answer(callResult{resp: m})
-	case *Notification:
-		if c.opts.OnNotification != nil {
-			c.opts.OnNotification(m)
-		}
 	case *Request:
 		if c.opts.OnRequest == nil {
 			c.answerError(m, &WireError{Code: CodeMethodNotFound, Message: "method not found: " + m.Method})

@@ -92,6 +92,13 @@ func (lr *LineReader) complete(line []byte) ([]byte, error) {
 	return line, nil
 }
 
+// Ready reports a whole line already buffered: the next ReadLine returns
+// without reading (unless the line is over the buffer's size).
+func (lr *LineReader) Ready() bool {
+	b, _ := lr.r.Peek(lr.r.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
 // Shrink drops a buffer grown by an unusually long line, so one huge line
 // does not pin its memory for the life of the connection.
 func (lr *LineReader) shrink() {
