@@ -212,9 +212,12 @@ func (a *appServerActor) unloadIdle() {
 // nobody runs). Rate-limit updates go to every running round (a usage
 // limit's reset time) as well as to a login session.
 func (a *appServerActor) route(n *codexrpc.Notification) {
-	threadID, ok := threadOf(n.Params)
+	hd := readHead(n) // once, for the round too
+	threadID, ok := hd.d.ThreadID, hd.err == nil
 	if !ok {
-		return
+		if threadID, ok = threadOf(n.Params); !ok {
+			return
+		}
 	}
 	parent, _ := a.children.note(n)
 	if threadID == "" && parent != "" {
@@ -227,14 +230,14 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 		}
 		if n.Method == codexproto.NoteRateLimitsUpdated {
 			for _, round := range a.threads.rounds() {
-				a.toRound(round, n)
+				a.toRound(round, n, hd)
 			}
 		}
 		return
 	}
 	round, ok := a.threads.route(a.children.root(threadID), n)
 	if ok {
-		a.toRound(round, n)
+		a.toRound(round, n, hd)
 	}
 	if n.Method == codexproto.NoteMCPStartupStatus {
 		a.sendRouted()
@@ -247,15 +250,17 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 type routed struct {
 	to    *actor.PID
 	notes []*codexrpc.Notification
+	heads []header
 }
 
 // toRound routes n to round, after what is routed to another round.
-func (a *appServerActor) toRound(round *actor.PID, n *codexrpc.Notification) {
+func (a *appServerActor) toRound(round *actor.PID, n *codexrpc.Notification, hd header) {
 	if a.routed.to != nil && !a.routed.to.Equals(round) {
 		a.sendRouted()
 	}
 	a.routed.to = round
 	a.routed.notes = append(a.routed.notes, n)
+	a.routed.heads = append(a.routed.heads, hd)
 }
 
 // sendRouted sends the notifications toRound gathered.
@@ -263,9 +268,9 @@ func (a *appServerActor) sendRouted() {
 	switch r := a.routed; len(r.notes) {
 	case 0:
 	case 1:
-		a.engine.Send(r.to, roundNote{note: r.notes[0]})
+		a.engine.Send(r.to, roundNote{note: r.notes[0], head: &r.heads[0]})
 	default:
-		a.engine.Send(r.to, roundNotes{notes: r.notes})
+		a.engine.Send(r.to, roundNotes{notes: r.notes, heads: r.heads})
 	}
 	a.routed = routed{}
 }

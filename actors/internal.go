@@ -217,12 +217,20 @@ type unsubscribe struct {
 	keep     bool
 }
 
-// roundNote is a routed notification, delivered to the round actor.
-type roundNote struct{ note *codexrpc.Notification }
+// roundNote is a routed notification, delivered to the round actor, with
+// its header when the router read it (nil: the round reads it).
+type roundNote struct {
+	note *codexrpc.Notification
+	head *header
+}
 
 // roundNotes is routed notifications of one round, in wire order: a
-// codexNotes batch's run of notifications for the same round.
-type roundNotes struct{ notes []*codexrpc.Notification }
+// codexNotes batch's run of notifications for the same round, with their
+// headers (heads[i] is notes[i]'s).
+type roundNotes struct {
+	notes []*codexrpc.Notification
+	heads []header
+}
 
 // questionAsked surfaces a requestUserInput question to the round.
 type questionAsked struct{ text string }

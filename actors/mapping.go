@@ -209,7 +209,24 @@ func noteHead(params json.RawMessage) (codexproto.Delta, error) {
 // turn/completed, the end of the turn. Anything it does not know yields
 // nothing: no notification may fault a round.
 func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd) {
-	d, derr := noteHead(n.Params)
+	return m.headed(n, readHead(n))
+}
+
+// header is a notification's noteHead, read once by the app-server actor
+// as it routes the notification and handed to the round with it.
+type header struct {
+	d   codexproto.Delta
+	err error
+}
+
+func readHead(n *codexrpc.Notification) header {
+	d, err := noteHead(n.Params)
+	return header{d: d, err: err}
+}
+
+// headed is note with the notification's header already read.
+func (m *mapper) headed(n *codexrpc.Notification, hd header) ([]messages.RoundEvent, *turnEnd) {
+	d, derr := hd.d, hd.err
 	h := codexproto.ThreadHeader{ThreadID: d.ThreadID, TurnID: d.TurnID} // absent or unreadable: the round's own
 	if m.thread != "" && h.ThreadID != "" && h.ThreadID != m.thread {
 		if c := m.children[h.ThreadID]; c != nil {

@@ -176,10 +176,10 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.conclude()
 		}
 	case roundNote:
-		r.onNote(m.note)
+		r.onNote(m.note, m.head)
 	case roundNotes:
-		for _, n := range m.notes {
-			r.onNote(n)
+		for i, n := range m.notes {
+			r.onNote(n, &m.heads[i])
 		}
 	case questionAsked:
 		if !r.done {
@@ -261,7 +261,7 @@ func (r *roundActor) flush(all bool) {
 
 // onNote takes one notification of the round's thread (or of its child
 // agents' threads), in wire order.
-func (r *roundActor) onNote(n *codexrpc.Notification) {
+func (r *roundActor) onNote(n *codexrpc.Notification, hd *header) {
 	if r.done {
 		return
 	}
@@ -271,7 +271,11 @@ func (r *roundActor) onNote(n *codexrpc.Notification) {
 	if n.Method == codexproto.NoteTurnStarted {
 		r.turnBegun = true // the CLI holds the user's message now
 	}
-	events, end := r.mapper.note(n)
+	if hd == nil {
+		h := readHead(n)
+		hd = &h
+	}
+	events, end := r.mapper.headed(n, *hd)
 	if r.interrupt && r.mapper.turnID != "" {
 		r.interrupt = false // asked before the turn had an id; it has one now
 		r.interruptTurn(nil)
