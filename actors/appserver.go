@@ -95,10 +95,11 @@ type appServerActor struct {
 	home string
 	log  *slog.Logger
 
-	engine *actor.Engine
-	self   *actor.PID
-	ticker actor.SendRepeater
-	routed routed // a batch's notifications for one round, not yet sent (see toRound)
+	engine   *actor.Engine
+	self     *actor.PID
+	ticker   actor.SendRepeater
+	routed   routed           // a batch's notifications for one round, not yet sent (see toRound)
+	lastHead codexproto.Delta // the last notification's header: its ids' strings are reused
 
 	gen      uint64
 	proc     appProcess

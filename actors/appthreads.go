@@ -212,7 +212,11 @@ func (a *appServerActor) unloadIdle() {
 // nobody runs). Rate-limit updates go to every running round (a usage
 // limit's reset time) as well as to a login session.
 func (a *appServerActor) route(n *codexrpc.Notification) {
-	hd := readHead(n) // once, for the round too
+	d, err := noteHeadAfter(n.Params, &a.lastHead) // once, for the round too
+	if err == nil {
+		a.lastHead = d
+	}
+	hd := header{d: d, err: err}
 	threadID, ok := hd.d.ThreadID, hd.err == nil
 	if !ok {
 		if threadID, ok = threadOf(n.Params); !ok {

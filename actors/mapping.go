@@ -196,8 +196,18 @@ var deltaKeys = [4]string{"threadId", "turnId", "itemId", "delta"}
 // (codexrpc.ScanStrings) when it can, else json.Unmarshal, whose error it
 // returns with what it could read.
 func noteHead(params json.RawMessage) (codexproto.Delta, error) {
+	return noteHeadAfter(params, nil)
+}
+
+// noteHeadAfter is noteHead reusing prev's strings where the members
+// repeat them (the previous notification's thread, turn and item ids).
+func noteHeadAfter(params json.RawMessage, prev *codexproto.Delta) (codexproto.Delta, error) {
 	var v [4]string
-	if codexrpc.ScanStrings(params, deltaKeys[:], v[:]) {
+	var p []string
+	if prev != nil {
+		p = []string{prev.ThreadID, prev.TurnID, prev.ItemID}
+	}
+	if codexrpc.ScanStringsReusing(params, deltaKeys[:], v[:], p) {
 		return codexproto.Delta{ThreadID: v[0], TurnID: v[1], ItemID: v[2], Delta: v[3]}, nil
 	}
 	var d codexproto.Delta

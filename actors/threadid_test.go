@@ -128,6 +128,12 @@ func BenchmarkNoteHead(b *testing.B) {
 			_, _ = noteHead(deltaParams)
 		}
 	})
+	b.Run("scan-after", func(b *testing.B) {
+		prev, _ := noteHead(deltaParams)
+		for b.Loop() {
+			_, _ = noteHeadAfter(deltaParams, &prev)
+		}
+	})
 	b.Run("decode", func(b *testing.B) {
 		for b.Loop() {
 			var d codexproto.Delta

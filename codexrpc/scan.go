@@ -371,6 +371,14 @@ func literalEnd(b []byte, i int, lit string) int {
 // null, or there are over 64 names): decode obj with encoding/json then.
 // The strings do not alias obj. out must be at least as long as names.
 func ScanStrings(obj []byte, names []string, out []string) (sure bool) {
+	return ScanStringsReusing(obj, names, out, nil)
+}
+
+// ScanStringsReusing is ScanStrings that puts prev[i] in out[i] when the
+// member's value is the same string, without a new one: the ids a turn's
+// notifications repeat (thread, turn, item) cost no allocation. prev may
+// be shorter than names, or nil.
+func ScanStringsReusing(obj []byte, names []string, out, prev []string) (sure bool) {
 	if len(names) > 64 || len(out) < len(names) {
 		return false
 	}
@@ -417,11 +425,16 @@ func ScanStrings(obj []byte, names []string, out []string) (sure bool) {
 				return false
 			}
 			seen |= 1 << field
-			s, ok := stringValue(b[start:end])
-			if !ok {
-				return false
+			if v := b[start:end]; field < len(prev) && len(v) == len(prev[field])+2 && v[0] == '"' &&
+				string(v[1:len(v)-1]) == prev[field] && bytes.IndexByte(v, '\\') < 0 && utf8.ValidString(prev[field]) {
+				out[field] = prev[field] // no escape: its bytes are the value
+			} else {
+				s, ok := stringValue(v)
+				if !ok {
+					return false
+				}
+				out[field] = s
 			}
-			out[field] = s
 		}
 		i = skipSpace(b, end)
 		switch {

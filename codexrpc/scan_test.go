@@ -128,3 +128,42 @@ func BenchmarkScanStrings(b *testing.B) {
 		}
 	})
 }
+
+// ScanStringsReusing answers as ScanStrings does, whatever prev holds
+// (the values it reads, others, escapes, invalid UTF-8), and reuses prev's
+// strings for the values it repeats.
+func FuzzScanStringsReusing(f *testing.F) {
+	f.Add([]byte(`{"threadId":"t","turnId":"u","itemId":"i","delta":"a"}`), "t", "u", "i", "a")
+	f.Add([]byte(`{"threadId":"t\u0041","turnId":"u","itemId":"i","delta":"a"}`), "tA", `u`, "x", "")
+	f.Add([]byte("{\"threadId\":\"\xff\",\"delta\":\"a\"}"), "\xff", "", "", "a")
+	f.Fuzz(func(t *testing.T, obj []byte, p0, p1, p2, p3 string) {
+		prev := []string{p0, p1, p2, p3}
+		want := make([]string, len(deltaNames))
+		got := make([]string, len(deltaNames))
+		wsure := ScanStrings(obj, deltaNames, want)
+		gsure := ScanStringsReusing(obj, deltaNames, got, prev)
+		if wsure != gsure {
+			t.Fatalf("sure %v, ScanStrings says %v", gsure, wsure)
+		}
+		if !wsure {
+			return
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("%s = %q, ScanStrings says %q", deltaNames[i], got[i], want[i])
+			}
+		}
+	})
+}
+
+func TestScanStringsReusingAllocates(t *testing.T) {
+	obj := []byte(`{"threadId":"019a0c4e-7d1b-7c12-9e55-2f3c8b7a1d20","turnId":"019a0c4e-8a2f-7e01-b3c4-5d6e7f809a1b","itemId":"msg-1","delta":"w "}`)
+	prev := make([]string, len(deltaNames))
+	if !ScanStrings(obj, deltaNames, prev) {
+		t.Fatal("unsure")
+	}
+	out := make([]string, len(deltaNames))
+	if n := testing.AllocsPerRun(100, func() { ScanStringsReusing(obj, deltaNames, out, prev) }); n > 1 {
+		t.Errorf("%v allocations with the three ids repeated, want at most 1 (the delta)", n)
+	}
+}
