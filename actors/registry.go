@@ -169,7 +169,11 @@ func (a *registryActor) removeStaleTemps() {
 }
 
 // lookup reads what the registry knows of a mesh thread, retrying first
-// the writes an earlier round could not make.
+// the writes an earlier round could not make. The journal is read only
+// when there is no codex thread to resume: a round needs it only to seed
+// a fresh thread, and a round whose resume is refused looks the thread up
+// again once it is forgotten. Reading it on every round cost a warm round
+// a parse of up to MaxBytes of JSON before its turn could start.
 func (a *registryActor) lookup(key string) threadLookup {
 	var out threadLookup
 	if id, ok := a.unsavedRecords[key]; ok {
@@ -202,6 +206,9 @@ func (a *registryActor) lookup(key string) threadLookup {
 	}
 	if id, ok := a.unsavedRecords[key]; ok {
 		out.threadID, out.damaged = id, false // known here, not yet on disk
+	}
+	if out.threadID != "" {
+		return out
 	}
 	turns, err := a.journal.Turns(key)
 	switch {
