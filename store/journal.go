@@ -86,6 +86,9 @@ type Journal struct {
 	// size and turns when it was clean (whole lines, within twice the
 	// bounds). An Append whose file still has that size only appends.
 	known map[string]journalState
+	// unsynced holds, per key Write appended to since its last Sync, the
+	// size the file had then.
+	unsynced map[string]int64
 }
 
 // journalState is a clean journal file as last seen.
@@ -102,7 +105,8 @@ const maxKnownJournals = 1024
 // daemon passes its own folder of the user, beside CODEX_HOME), with default
 // bounds. Nothing is touched on disk until Append.
 func NewJournal(dir string) *Journal {
-	return &Journal{dir: filepath.Join(dir, "meshweaver", "journal"), known: make(map[string]journalState)}
+	return &Journal{dir: filepath.Join(dir, "meshweaver", "journal"), known: make(map[string]journalState),
+		unsynced: make(map[string]int64)}
 }
 
 // Path returns the file that holds key's journal, whether or not it exists.
@@ -161,13 +165,24 @@ func (j *Journal) note(key string, st journalState) {
 }
 
 // Append adds turns to key's journal and syncs them to disk before it
-// returns. Each role must be RoleUser or RoleAssistant; invalid UTF-8 in a
-// text is replaced by U+FFFD. It appends to the file (see Journal), and
-// rewrites it atomically, keeping the newest turns within MaxTurns and
-// MaxBytes, when it is new, damaged (its content is not trusted anyway),
-// ends in a cut line, or would grow past twice those bounds. A failed
-// append leaves the file as it was.
+// returns: Write, then Sync.
 func (j *Journal) Append(key string, turns ...Turn) error {
+	if err := j.Write(key, turns...); err != nil {
+		return err
+	}
+	return j.Sync(key)
+}
+
+// Write adds turns to key's journal. Each role must be RoleUser or
+// RoleAssistant; invalid UTF-8 in a text is replaced by U+FFFD. It appends
+// to the file (see Journal) without syncing it: the turns are the
+// system's once Write returns (a killed process loses nothing), on disk
+// once Sync returns. It rewrites the file atomically (synced, with what an
+// earlier Write left unsynced), keeping the newest turns within MaxTurns
+// and MaxBytes, when it is new, damaged (its content is not trusted
+// anyway), ends in a cut line, or would grow past twice those bounds. A
+// failed Write leaves the file as it was.
+func (j *Journal) Write(key string, turns ...Turn) error {
 	if err := ValidateKey(key); err != nil {
 		return fmt.Errorf("appending to journal: %w", err)
 	}
@@ -207,8 +222,11 @@ func (j *Journal) Append(key string, turns ...Turn) error {
 		st, ok = j.known[key]
 	}
 	if ok && st.turns+len(add) <= 2*j.maxTurns() && st.size+int64(len(lines)) <= j.compactAt() {
-		err := appendSynced(path, st.size, lines)
+		err := appendAt(path, st.size, lines)
 		if err == nil {
+			if _, pending := j.unsynced[key]; !pending {
+				j.unsynced[key] = st.size
+			}
 			j.note(key, journalState{size: st.size + int64(len(lines)), turns: st.turns + len(add)})
 			return nil
 		}
@@ -218,6 +236,24 @@ func (j *Journal) Append(key string, turns ...Turn) error {
 		}
 	}
 	return j.rewrite(key, path, add)
+}
+
+// Sync puts on disk what Write appended to key's journal since the last
+// Sync (fdatasync: the data and the size, one journal commit). When that
+// fails, the file is cut back to what it was synced with, and the error
+// says the turns written since are not saved: write them again.
+func (j *Journal) Sync(key string) error {
+	size, ok := j.unsynced[key]
+	if !ok {
+		return nil
+	}
+	delete(j.unsynced, key)
+	path := j.Path(key)
+	if err := syncFile(path, size); err != nil {
+		delete(j.known, key)
+		return fmt.Errorf("syncing journal %s: %w", path, err)
+	}
+	return nil
 }
 
 // rewrite writes key's journal whole: its turns that are still trusted,
@@ -234,6 +270,7 @@ func (j *Journal) rewrite(key, path string, add []Turn) error {
 	if err := WriteFileAtomic(path, data, 0o600); err != nil {
 		return err
 	}
+	delete(j.unsynced, key) // what was written unsynced is in data, synced
 	j.note(key, journalState{size: int64(len(data)), turns: len(kept)})
 	return nil
 }
@@ -248,10 +285,10 @@ func (j *Journal) compactAt() int64 {
 // (removed, or written by someone else): it is read again and rewritten.
 var errJournalMoved = errors.New("the journal changed since it was read")
 
-// appendSynced appends data to the file at path, which must be size bytes
-// long, and syncs it. On error it cuts the file back to size (best effort),
-// so that a retry does not write the turns twice.
-func appendSynced(path string, size int64, data []byte) (err error) {
+// appendAt appends data to the file at path, which must be size bytes
+// long. On error it cuts the file back to size (best effort), so that a
+// retry does not write the turns twice.
+func appendAt(path string, size int64, data []byte) (err error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return errJournalMoved
@@ -274,9 +311,25 @@ func appendSynced(path string, size int64, data []byte) (err error) {
 	if fi.Size() != size || !fi.Mode().IsRegular() {
 		return errJournalMoved
 	}
-	if _, err := f.Write(data); err != nil {
+	_, err = f.Write(data)
+	return err
+}
+
+// syncFile syncs the file at path; on failure it cuts it back to size
+// (best effort): what lay beyond may or may not be on disk.
+func syncFile(path string, size int64) (err error) {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil {
+			_ = f.Truncate(size)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
 	return syncData(f)
 }
 
@@ -286,6 +339,7 @@ var syncData = fdatasync
 // Forget removes key's journal. A missing journal is not an error.
 func (j *Journal) Forget(key string) error {
 	delete(j.known, key)
+	delete(j.unsynced, key)
 	return removeIfExists(j.Path(key))
 }
 

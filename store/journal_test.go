@@ -446,3 +446,47 @@ func TestJournalFailedAppendLeavesFile(t *testing.T) {
 		t.Errorf("Turns after the retry = %q, %v", got, err)
 	}
 }
+
+// Write's turns are in the file at once (a killed process loses nothing);
+// Sync puts them on disk, and a Sync that fails cuts the file back to what
+// was synced, every Write since included.
+func TestJournalWriteThenSync(t *testing.T) {
+	j := NewJournal(t.TempDir())
+	path := j.Path(testKey)
+	one := Turn{RoleUser, "one"}
+	if err := j.Append(testKey, one); err != nil {
+		t.Fatal(err)
+	}
+	synced, _ := os.ReadFile(path)
+	two, three := Turn{RoleAssistant, "two"}, Turn{RoleUser, "three"}
+	for _, tu := range []Turn{two, three} {
+		if err := j.Write(testKey, tu); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another reader (a restarted daemon) sees them before any sync.
+	if got, err := NewJournal(filepath.Dir(filepath.Dir(j.dir))).Turns(testKey); err != nil || !reflect.DeepEqual(got, []Turn{one, two, three}) {
+		t.Fatalf("Turns after Write = %q, %v", got, err)
+	}
+	syncData = func(*os.File) error { return syscall.EIO }
+	err := j.Sync(testKey)
+	syncData = fdatasync
+	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Sync = %v; want EIO naming %s", err, path)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(synced) {
+		t.Errorf("file after a failed sync =\n%s\nwant what was synced:\n%s", after, synced)
+	}
+	if err := j.Sync(testKey); err != nil {
+		t.Errorf("a second Sync with nothing written: %v", err)
+	}
+	if err := j.Write(testKey, two, three); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Sync(testKey); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := j.Turns(testKey); err != nil || !reflect.DeepEqual(got, []Turn{one, two, three}) {
+		t.Errorf("Turns after the retry = %q, %v", got, err)
+	}
+}
