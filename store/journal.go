@@ -57,14 +57,14 @@ type Turn struct {
 //	{"role":"user","text":"…"}
 //	{"role":"assistant","text":"…"}
 //
-// Append adds its lines at the end of the file and syncs its data
+// Write adds its lines at the end of the file, and Sync syncs its data
 // (fdatasync): one write and one sync, where rewriting the file atomically
 // takes two syncs of the file and one of its folder. A file is written
 // whole (atomically) only when it is made, when it is damaged, and when it
 // has grown to twice its bounds (then it is compacted to them), so a
-// process killed in an Append leaves the earlier turns intact and at worst
+// process killed in a Write leaves the earlier turns intact and at worst
 // a part of its last line: bytes after the last newline are a cut write
-// and are ignored (the next Append rewrites the file without them).
+// and are ignored (the next Write rewrites the file without them).
 // Unknown fields, other roles, any other damaged line or a header for
 // another key make the file corrupt.
 //
@@ -84,7 +84,7 @@ type Journal struct {
 	dir string
 	// known is what this Journal last read or wrote of a key's file: its
 	// size and turns when it was clean (whole lines, within twice the
-	// bounds). An Append whose file still has that size only appends.
+	// bounds). A Write whose file still has that size only appends.
 	known map[string]journalState
 	// unsynced holds, per key Write appended to since its last Sync, the
 	// size the file had then.
@@ -97,13 +97,13 @@ type journalState struct {
 	turns int
 }
 
-// maxKnownJournals bounds Journal.known; past it the map starts over (an
-// Append of a key it forgot reads the file first).
+// maxKnownJournals bounds Journal.known; past it the map starts over (a
+// Write of a key it forgot reads the file first).
 const maxKnownJournals = 1024
 
 // NewJournal returns the Journal kept under dir (in dir/meshweaver/; the
 // daemon passes its own folder of the user, beside CODEX_HOME), with default
-// bounds. Nothing is touched on disk until Append.
+// bounds. Nothing is touched on disk until Write or Append.
 func NewJournal(dir string) *Journal {
 	return &Journal{dir: filepath.Join(dir, "meshweaver", "journal"), known: make(map[string]journalState),
 		unsynced: make(map[string]int64)}
@@ -224,6 +224,9 @@ func (j *Journal) Write(key string, turns ...Turn) error {
 	if ok && st.turns+len(add) <= 2*j.maxTurns() && st.size+int64(len(lines)) <= j.compactAt() {
 		err := appendAt(path, st.size, lines)
 		if err == nil {
+			if j.unsynced == nil {
+				j.unsynced = make(map[string]int64)
+			}
 			if _, pending := j.unsynced[key]; !pending {
 				j.unsynced[key] = st.size
 			}
