@@ -246,7 +246,7 @@ type lookupThread struct {
 type threadLookup struct {
 	key      string
 	threadID string
-	turns    []store.Turn // the journal, for a transcript
+	turns    []store.Turn // the journal, for a transcript: read only when threadID is empty
 	damaged  bool         // the record or the journal was damaged or unreadable
 	notSaved []string     // earlier writes retried now and failing still
 }

@@ -71,9 +71,14 @@ func (a *registryActor) Receive(c *actor.Context) {
 			a.log.Error("forgetting thread", "thread", store.KeyPrefix(m.key), "err", err)
 		}
 	case appendTurns:
-		err := a.appendTurns(m.key, m.turns)
+		all, err := a.writeTurns(m.key, m.turns)
 		if m.round != nil {
 			c.Send(m.round, saved{what: "journal", err: err})
+		}
+		if err == nil {
+			// After the answer: the verdict does not wait for the disk
+			// (see syncTurns).
+			_ = a.syncTurns(m.key, all)
 		}
 	case messages.ListThreads:
 		deliver(c.Engine(), c.Sender(), a.list(m), a.log)
@@ -142,15 +147,46 @@ func (a *registryActor) record(key, threadID string) error {
 }
 
 // appendTurns appends turns to the journal after those an earlier append
-// could not write; what cannot be written is kept for the next round.
+// could not write, and syncs them; what cannot be written is kept for the
+// next round.
 func (a *registryActor) appendTurns(key string, turns []store.Turn) error {
-	all := append(a.unsavedTurns[key], turns...)
-	if err := a.journal.Append(key, all...); err != nil {
-		a.log.Error("appending to the journal", "thread", store.KeyPrefix(key), "err", err)
-		a.unsavedTurns[key] = all[max(0, len(all)-maxUnsavedTurns):]
+	all, err := a.writeTurns(key, turns)
+	if err != nil {
 		return err
 	}
+	return a.syncTurns(key, all)
+}
+
+// writeTurns writes turns to the journal after those an earlier append
+// could not write, without syncing them: once written they survive the
+// daemon (a killed or restarted daemon reads them back), which is what a
+// round's verdict says of them. It returns all it wrote, for syncTurns;
+// what cannot be written is kept for the next round.
+func (a *registryActor) writeTurns(key string, turns []store.Turn) ([]store.Turn, error) {
+	all := append(a.unsavedTurns[key], turns...)
+	if err := a.journal.Write(key, all...); err != nil {
+		a.log.Error("appending to the journal", "thread", store.KeyPrefix(key), "err", err)
+		a.unsavedTurns[key] = all[max(0, len(all)-maxUnsavedTurns):]
+		return nil, err
+	}
 	delete(a.unsavedTurns, key)
+	return all, nil
+}
+
+// syncTurns puts what writeTurns wrote (all) on disk, so that it survives
+// the machine too. A round's verdict does not wait for it: codex does not
+// sync the thread's own rollout either, so a machine that crashes loses
+// the turn there whatever the journal holds, and the sync (an fdatasync,
+// the slowest step of a warm round's end, and the one other disk users
+// slow down) is the one wait of the verdict that bought nothing the
+// thread has. A failed sync cuts the file back; the turns are kept, and
+// the thread's next round writes them again or names them in not_saved.
+func (a *registryActor) syncTurns(key string, all []store.Turn) error {
+	if err := a.journal.Sync(key); err != nil {
+		a.log.Error("syncing the journal", "thread", store.KeyPrefix(key), "err", err)
+		a.unsavedTurns[key] = all[max(0, len(all)-maxUnsavedTurns):] // writeTurns left none other
+		return err
+	}
 	return nil
 }
 
@@ -169,7 +205,11 @@ func (a *registryActor) removeStaleTemps() {
 }
 
 // lookup reads what the registry knows of a mesh thread, retrying first
-// the writes an earlier round could not make.
+// the writes an earlier round could not make. The journal is read only
+// when there is no codex thread to resume: a round needs it only to seed
+// a fresh thread, and a round whose resume is refused looks the thread up
+// again once it is forgotten. Reading it on every round cost a warm round
+// a parse of up to MaxBytes of JSON before its turn could start.
 func (a *registryActor) lookup(key string) threadLookup {
 	var out threadLookup
 	if id, ok := a.unsavedRecords[key]; ok {
@@ -202,6 +242,9 @@ func (a *registryActor) lookup(key string) threadLookup {
 	}
 	if id, ok := a.unsavedRecords[key]; ok {
 		out.threadID, out.damaged = id, false // known here, not yet on disk
+	}
+	if out.threadID != "" {
+		return out
 	}
 	turns, err := a.journal.Turns(key)
 	switch {

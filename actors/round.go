@@ -472,9 +472,16 @@ func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 		tag: controlCall{method: "steer", reply: sender}})
 }
 
-// looked opens the thread the registry named (or a fresh one).
+// looked opens the thread the registry named (or a fresh one). After a
+// refused resume it is the second lookup, for the journal: the thread is
+// fresh whatever the registry still names.
 func (r *roundActor) looked(known threadLookup) {
 	if r.done || r.opened {
+		return
+	}
+	if r.fellBack {
+		r.known.turns, r.known.damaged = known.turns, r.known.damaged || known.damaged
+		r.open("")
 		return
 	}
 	r.known = known
@@ -510,7 +517,9 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 			r.log.Info("codex refused the resume; starting afresh with a transcript", "err", m.err)
 			r.engine.Send(r.registry, forgetThread{key: r.req.Thread})
 			r.fellBack = true
-			r.open("")
+			// The registry did not read the journal for a thread it could
+			// name (see registryActor.lookup): looked opens afresh with it.
+			r.engine.Send(r.registry, lookupThread{key: r.req.Thread, round: r.self})
 		case resuming:
 			r.finish(messages.StatusFailed, fmt.Errorf("resuming the codex thread: %w", m.err).Error(), "")
 		default:

@@ -57,8 +57,9 @@ func FuzzJournalRead(f *testing.F) {
 	f.Add([]byte(`{"format":"meshweaver-journal","version":1.0,"key":"` + testKeyHash + `"}` + "\n"))
 	f.Add([]byte(""))
 	f.Add([]byte("\n"))
+	f.Add(append(header, `{"role":"user","te`...))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		hash, turns, err := parseJournal(data)
+		hash, turns, cut, err := parseJournal(data)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error %v is not ErrCorrupt", err)
@@ -70,9 +71,12 @@ func FuzzJournalRead(f *testing.F) {
 				t.Fatalf("accepted turn %q", tt)
 			}
 		}
+		if cut < 0 || cut >= len(data) || (cut > 0 && bytes.Contains(data[len(data)-cut:], []byte("\n"))) {
+			t.Fatalf("cut %d of %q: not the bytes after the last newline", cut, data)
+		}
 		again := formatJournal(hash, turns)
-		hash2, turns2, err := parseJournal(again)
-		if err != nil || hash2 != hash || !reflect.DeepEqual(turns2, turns) {
+		hash2, turns2, cut2, err := parseJournal(again)
+		if err != nil || hash2 != hash || !reflect.DeepEqual(turns2, turns) || cut2 != 0 {
 			t.Fatalf("accepted %q, rewrote %q, read back %q %q %v", data, again, hash2, turns2, err)
 		}
 	})

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"unicode/utf8"
 )
@@ -162,8 +164,8 @@ func TestJournalBounds(t *testing.T) {
 				t.Errorf("kept %d turns, want 1..%d", len(got), maxTurns)
 			}
 			fi, _ := os.Stat(j.Path(testKey))
-			if fi.Size() > int64(maxBytes) {
-				t.Errorf("file is %d bytes, more than %d", fi.Size(), maxBytes)
+			if fi.Size() > 2*int64(maxBytes) {
+				t.Errorf("file is %d bytes, more than twice %d", fi.Size(), maxBytes)
 			}
 			// The kept turns are the newest, in order.
 			if !reflect.DeepEqual(got, all[len(all)-len(got):]) {
@@ -211,6 +213,16 @@ func TestJournalCutsOversizedNewestTurn(t *testing.T) {
 			if fi.Size() > 1000 || fi.Size() < 900 {
 				t.Errorf("file is %d bytes, want a little under 1000", fi.Size())
 			}
+			// Appended to a journal that has turns, the same is kept.
+			if err := j.Append(testKey, Turn{RoleUser, "older"}, Turn{RoleAssistant, tt.text}); err != nil {
+				t.Fatal(err)
+			}
+			if again, err := j.Turns(testKey); err != nil || !reflect.DeepEqual(again, got) {
+				t.Errorf("appended again: Turns = %d turns, %v; want the same cut turn", len(again), err)
+			}
+			if fi, _ := os.Stat(j.Path(testKey)); fi.Size() > 2000 {
+				t.Errorf("file is %d bytes, more than twice 1000", fi.Size())
+			}
 		})
 	}
 	// A budget too small for even the header leaves no turns.
@@ -230,8 +242,6 @@ func TestJournalCorrupt(t *testing.T) {
 	tests := []struct{ name, content string }{
 		{"empty", ""},
 		{"garbage", "\x00\xffnot json\n"},
-		{"no final newline", header + turn[:len(turn)-1]},
-		{"truncated mid turn", header + turn[:10]},
 		{"truncated header", header[:20]},
 		{"wrong key", strings.Replace(header, testKeyHash, strings.Repeat("0", 64), 1) + turn},
 		{"future version", strings.Replace(header, `"version":1`, `"version":2`, 1) + turn},
@@ -272,5 +282,211 @@ func TestJournalHeaderOnly(t *testing.T) {
 	writeRaw(t, j.Path(testKey), journalHeader(testKeyHash))
 	if got, err := j.Turns(testKey); got != nil || err != nil {
 		t.Errorf("Turns = %v, %v; want nil, nil", got, err)
+	}
+}
+
+// inode is the file's inode number: the same after an append, a new one
+// after a rewrite (a rename over it).
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// An Append to a journal it has seen writes the new lines at the end of
+// the same file; past twice the bounds the file is compacted to them.
+func TestJournalAppendsInPlace(t *testing.T) {
+	j := NewJournal(t.TempDir())
+	j.MaxTurns = 3
+	path := j.Path(testKey)
+	if err := j.Append(testKey, Turn{RoleUser, "t0"}); err != nil {
+		t.Fatal(err)
+	}
+	ino := inode(t, path)
+	var want []Turn
+	want = append(want, Turn{RoleUser, "t0"})
+	for i := 1; i < 6; i++ { // 6 turns: twice MaxTurns, no compaction yet
+		tu := Turn{RoleAssistant, fmt.Sprintf("t%d", i)}
+		if err := j.Append(testKey, tu); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, tu)
+	}
+	if got := inode(t, path); got != ino {
+		t.Errorf("the file was replaced (inode %d → %d), want appends in place", ino, got)
+	}
+	data, _ := os.ReadFile(path)
+	if wantFile := formatJournal(testKeyHash, want); string(data) != string(wantFile) {
+		t.Errorf("file =\n%s\nwant\n%s", data, wantFile)
+	}
+	if got, err := j.Turns(testKey); err != nil || !reflect.DeepEqual(got, want[3:]) {
+		t.Errorf("Turns = %q, %v; want the newest 3 %q", got, err, want[3:])
+	}
+	// The 7th turn passes twice MaxTurns: the file is rewritten with the
+	// newest 3.
+	if err := j.Append(testKey, Turn{RoleUser, "t6"}); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, Turn{RoleUser, "t6"})
+	if got := inode(t, path); got == ino {
+		t.Error("the file was not rewritten past twice its bounds")
+	}
+	data, _ = os.ReadFile(path)
+	if wantFile := formatJournal(testKeyHash, want[4:]); string(data) != string(wantFile) {
+		t.Errorf("compacted file =\n%s\nwant\n%s", data, wantFile)
+	}
+	assertMode(t, path, 0o600)
+	assertNoTemp(t, j.dir)
+	// A new Journal (a restarted daemon) appends to the same file too.
+	j2 := NewJournal(filepath.Dir(filepath.Dir(j.dir)))
+	j2.MaxTurns = 3
+	ino = inode(t, path)
+	if err := j2.Append(testKey, Turn{RoleAssistant, "t7"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := inode(t, path); got != ino {
+		t.Error("a new Journal rewrote a clean file instead of appending")
+	}
+	if got, err := j2.Turns(testKey); err != nil || !reflect.DeepEqual(got, append(want[5:], Turn{RoleAssistant, "t7"})) {
+		t.Errorf("Turns = %q, %v", got, err)
+	}
+}
+
+// A process killed in an Append leaves the file with any prefix of the
+// appended bytes: every such file reads as the earlier turns and the
+// appended lines that are whole, never as damage, and the next Append
+// rewrites it without the cut line.
+func TestJournalKilledMidAppend(t *testing.T) {
+	before := []Turn{{RoleUser, "hello"}, {RoleAssistant, "hi ✓"}}
+	added := []Turn{{RoleUser, "how are you?"}, {RoleAssistant, "fine, thanks"}}
+	old := formatJournal(testKeyHash, before)
+	full := formatJournal(testKeyHash, append(append([]Turn(nil), before...), added...))
+	tail := full[len(old):]
+	for n := 0; n <= len(tail); n++ {
+		j := NewJournal(t.TempDir())
+		path := j.Path(testKey)
+		writeRaw(t, path, full[:len(old)+n])
+		want := append([]Turn(nil), before...)
+		if n >= len(encodeTurn(added[0])) {
+			want = append(want, added[0])
+		}
+		if n == len(tail) {
+			want = append(want, added[1])
+		}
+		got, err := j.Turns(testKey)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("cut after %d of %d appended bytes: Turns = %q, %v; want %q", n, len(tail), got, err, want)
+		}
+		next := Turn{RoleUser, "next"}
+		if err := j.Append(testKey, next); err != nil {
+			t.Fatal(err)
+		}
+		data, _ := os.ReadFile(path)
+		if wantFile := formatJournal(testKeyHash, append(want, next)); string(data) != string(wantFile) {
+			t.Fatalf("cut after %d bytes, then Append: file =\n%s\nwant\n%s", n, data, wantFile)
+		}
+	}
+}
+
+// A journal whose file changed since this Journal saw it (another writer,
+// a removal) is read again rather than appended to blindly.
+func TestJournalChangedUnderneath(t *testing.T) {
+	dir := t.TempDir()
+	a, b := NewJournal(dir), NewJournal(dir)
+	if err := a.Append(testKey, Turn{RoleUser, "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Append(testKey, Turn{RoleAssistant, "b1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Append(testKey, Turn{RoleUser, "a2"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []Turn{{RoleUser, "a1"}, {RoleAssistant, "b1"}, {RoleUser, "a2"}}
+	if got, err := b.Turns(testKey); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("Turns = %q, %v; want %q", got, err, want)
+	}
+	if err := os.Remove(a.Path(testKey)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Append(testKey, Turn{RoleAssistant, "a3"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Turns(testKey); err != nil || !reflect.DeepEqual(got, []Turn{{RoleAssistant, "a3"}}) {
+		t.Errorf("after a removal: Turns = %q, %v", got, err)
+	}
+}
+
+// An append that cannot be synced (a full or failing disk) is an error,
+// and the file is cut back to what it was: the retry writes the turns
+// once.
+func TestJournalFailedAppendLeavesFile(t *testing.T) {
+	j := NewJournal(t.TempDir())
+	path := j.Path(testKey)
+	if err := j.Append(testKey, Turn{RoleUser, "one"}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	syncData = func(*os.File) error { return syscall.ENOSPC }
+	err := j.Append(testKey, Turn{RoleAssistant, "two"})
+	syncData = fdatasync
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Append with a failing sync = %v; want ENOSPC naming %s", err, path)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Errorf("file after a failed append =\n%s\nwant it as before:\n%s", after, before)
+	}
+	if err := j.Append(testKey, Turn{RoleAssistant, "two"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := j.Turns(testKey); err != nil || !reflect.DeepEqual(got, []Turn{{RoleUser, "one"}, {RoleAssistant, "two"}}) {
+		t.Errorf("Turns after the retry = %q, %v", got, err)
+	}
+}
+
+// Write's turns are in the file at once (a killed process loses nothing);
+// Sync puts them on disk, and a Sync that fails cuts the file back to what
+// was synced, every Write since included.
+func TestJournalWriteThenSync(t *testing.T) {
+	j := NewJournal(t.TempDir())
+	path := j.Path(testKey)
+	one := Turn{RoleUser, "one"}
+	if err := j.Append(testKey, one); err != nil {
+		t.Fatal(err)
+	}
+	synced, _ := os.ReadFile(path)
+	two, three := Turn{RoleAssistant, "two"}, Turn{RoleUser, "three"}
+	for _, tu := range []Turn{two, three} {
+		if err := j.Write(testKey, tu); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another reader (a restarted daemon) sees them before any sync.
+	if got, err := NewJournal(filepath.Dir(filepath.Dir(j.dir))).Turns(testKey); err != nil || !reflect.DeepEqual(got, []Turn{one, two, three}) {
+		t.Fatalf("Turns after Write = %q, %v", got, err)
+	}
+	syncData = func(*os.File) error { return syscall.EIO }
+	err := j.Sync(testKey)
+	syncData = fdatasync
+	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Sync = %v; want EIO naming %s", err, path)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(synced) {
+		t.Errorf("file after a failed sync =\n%s\nwant what was synced:\n%s", after, synced)
+	}
+	if err := j.Sync(testKey); err != nil {
+		t.Errorf("a second Sync with nothing written: %v", err)
+	}
+	if err := j.Write(testKey, two, three); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Sync(testKey); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := j.Turns(testKey); err != nil || !reflect.DeepEqual(got, []Turn{one, two, three}) {
+		t.Errorf("Turns after the retry = %q, %v", got, err)
 	}
 }
