@@ -90,7 +90,7 @@ type Conn struct {
 	cancelHandler context.CancelFunc
 	handlers      sync.WaitGroup
 	batch         []*Notification // read goroutine only: for OnNotifications
-	done          chan struct{} // closed when the read goroutine returns
+	done          chan struct{}   // closed when the read goroutine returns
 }
 
 type pendingCall struct {
