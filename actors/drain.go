@@ -47,6 +47,10 @@ func (g *gate) idle() <-chan struct{} {
 	return ch
 }
 
+// DrainStarted is broadcast on the engine's event stream when the root
+// stops admitting rounds (see Drain).
+type DrainStarted struct{}
+
 // drainRequest tells the root to stop admitting rounds.
 type drainRequest struct{ reply chan (<-chan struct{}) }
 

@@ -104,6 +104,7 @@ func (r *rootActor) Receive(c *actor.Context) {
 	case drainRequest:
 		r.draining = true
 		r.log.Info("draining: no new rounds are admitted")
+		c.Engine().BroadcastEvent(DrainStarted{})
 		m.reply <- r.cfg.rounds.idle()
 		return
 	case userIdle:
