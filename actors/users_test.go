@@ -3,7 +3,6 @@ package actors
 import (
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
+	"github.com/meshweaver/supervisor/testkit/syncbuf"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
@@ -78,7 +78,7 @@ func TestUsersCappedAndReaped(t *testing.T) {
 // successor.
 func TestUserReapProtocol(t *testing.T) {
 	m := NewMetrics(nil)
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	h := fakeHarness(t, fakeappserver.Config{}, func(c *Config) {
 		c.UserIdle, c.Metrics = time.Hour, m
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -119,22 +119,4 @@ func TestUserReapProtocol(t *testing.T) {
 	if got := reaps(); got != 2 {
 		t.Fatalf("%d reaps in all, want 2", got)
 	}
-}
-
-// lockedBuffer is a log sink safe for the actors' goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

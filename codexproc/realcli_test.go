@@ -24,6 +24,7 @@ import (
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 	"github.com/meshweaver/supervisor/testkit/schema"
+	"github.com/meshweaver/supervisor/testkit/syncbuf"
 	"go.uber.org/goleak"
 )
 
@@ -148,30 +149,13 @@ func decode[T any](t testing.TB, raw json.RawMessage) T {
 // stderr) and prints it only when the test fails.
 func testLogger(t testing.TB) *slog.Logger {
 	t.Helper()
-	buf := &lockedBuffer{}
+	buf := &syncbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("log:\n%s", buf.String())
 		}
 	})
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // stopOnCleanup stops p when the test ends and then checks that its process

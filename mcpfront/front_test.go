@@ -2,7 +2,6 @@ package mcpfront
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -14,33 +13,18 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/meshweaver/supervisor/testkit/syncbuf"
 )
 
 // waitTimeout bounds every wait on something the front or an upstream does.
 const waitTimeout = 20 * time.Second
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // newFront starts a front whose log goes to the returned buffer, closed
 // when the test ends.
-func newFront(t testing.TB, opts Options) (*Front, *lockedBuffer) {
+func newFront(t testing.TB, opts Options) (*Front, *syncbuf.Buffer) {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	f, err := New(opts)
 	if err != nil {
@@ -452,7 +436,7 @@ func TestSlowUpstream(t *testing.T) {
 // TestCloseEndsStreams: Close returns while an SSE stream is open, ending
 // it (goleak checks that nothing is left).
 func TestCloseEndsStreams(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	f, err := New(Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/testkit/syncbuf"
 )
 
 // waitTimeout bounds every wait on the real CLI. It is generous because CI
@@ -36,30 +37,12 @@ type wireMsg struct {
 	raw    string
 }
 
-// lockedBuffer is a bytes.Buffer safe for the exec copier and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // appServer drives a real `codex app-server` over raw newline-delimited JSON.
 type appServer struct {
 	t      testing.TB
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	nextID int
 	cursor int // index of the first message collect has not consumed
 
@@ -118,7 +101,7 @@ func startAppServer(t *testing.T, e *env, extraArgs ...string) *appServer {
 	cmd.Dir = e.work
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 5 * time.Second
-	a := &appServer{t: t, cmd: cmd, stderr: &lockedBuffer{}, readDone: make(chan struct{}), changed: make(chan struct{})}
+	a := &appServer{t: t, cmd: cmd, stderr: &syncbuf.Buffer{}, readDone: make(chan struct{}), changed: make(chan struct{})}
 	cmd.Stderr = a.stderr
 	a.stdin, err = cmd.StdinPipe()
 	if err != nil {
