@@ -217,7 +217,7 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 		a.lastHead = d
 	}
 	hd := header{d: d, err: err}
-	threadID, ok := hd.d.ThreadID, hd.err == nil
+	threadID, ok := d.ThreadID, err == nil
 	if !ok {
 		if threadID, ok = threadOf(n.Params); !ok {
 			return
@@ -269,11 +269,7 @@ func (a *appServerActor) toRound(round *actor.PID, n *codexrpc.Notification, hd 
 
 // sendRouted sends the notifications toRound gathered.
 func (a *appServerActor) sendRouted() {
-	switch r := a.routed; len(r.notes) {
-	case 0:
-	case 1:
-		a.engine.Send(r.to, roundNote{note: r.notes[0], head: &r.heads[0]})
-	default:
+	if r := a.routed; len(r.notes) > 0 {
 		a.engine.Send(r.to, roundNotes{notes: r.notes, heads: r.heads})
 	}
 	a.routed = routed{}

@@ -217,12 +217,10 @@ type unsubscribe struct {
 	keep     bool
 }
 
-// roundNote is a routed notification, delivered to the round actor, with
-// its header when the router read it (nil: the round reads it).
-type roundNote struct {
-	note *codexrpc.Notification
-	head *header
-}
+// roundNote is a notification delivered to the round actor outside a
+// batch (one the thread said before the round subscribed); the round reads
+// its header.
+type roundNote struct{ note *codexrpc.Notification }
 
 // roundNotes is routed notifications of one round, in wire order: a
 // codexNotes batch's run of notifications for the same round, with their

@@ -176,10 +176,10 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.conclude()
 		}
 	case roundNote:
-		r.onNote(m.note, m.head)
+		r.onNote(m.note, readHead(m.note))
 	case roundNotes:
 		for i, n := range m.notes {
-			r.onNote(n, &m.heads[i])
+			r.onNote(n, m.heads[i])
 		}
 	case questionAsked:
 		if !r.done {
@@ -260,8 +260,8 @@ func (r *roundActor) flush(all bool) {
 }
 
 // onNote takes one notification of the round's thread (or of its child
-// agents' threads), in wire order.
-func (r *roundActor) onNote(n *codexrpc.Notification, hd *header) {
+// agents' threads), in wire order, with its header (readHead).
+func (r *roundActor) onNote(n *codexrpc.Notification, hd header) {
 	if r.done {
 		return
 	}
@@ -271,11 +271,7 @@ func (r *roundActor) onNote(n *codexrpc.Notification, hd *header) {
 	if n.Method == codexproto.NoteTurnStarted {
 		r.turnBegun = true // the CLI holds the user's message now
 	}
-	if hd == nil {
-		h := readHead(n)
-		hd = &h
-	}
-	events, end := r.mapper.headed(n, *hd)
+	events, end := r.mapper.headed(n, hd)
 	if r.interrupt && r.mapper.turnID != "" {
 		r.interrupt = false // asked before the turn had an id; it has one now
 		r.interruptTurn(nil)

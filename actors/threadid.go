@@ -9,10 +9,11 @@ import (
 // threadOf is the threadId of a notification's or a request's params
 // ("" when none); ok is false when params are not a JSON object.
 //
-// It runs for every notification in the app-server actor, serially for
-// all of a user's threads. Decoding the params whole (json.Unmarshal) cost
-// as much as the reader's own decode; codexrpc.ScanStrings reads the one
-// member, and leaves anything unusual to json.Unmarshal.
+// The app-server actor runs it for every server request, and for a
+// notification whose header (noteHeadAfter) could not be read. Decoding
+// the params whole (json.Unmarshal) cost as much as the reader's own
+// decode; codexrpc.ScanStrings reads the one member, and leaves anything
+// unusual to json.Unmarshal.
 func threadOf(params json.RawMessage) (threadID string, ok bool) {
 	var v [1]string
 	if codexrpc.ScanStrings(params, threadIDKey[:], v[:]) {
