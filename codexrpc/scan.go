@@ -52,15 +52,11 @@ func scanLine(b []byte) (s scanned, ok bool) {
 	}
 	var seen uint8
 	for {
-		// A key.
-		if i >= len(b) || b[i] != '"' {
+		key, v, ok := memberAt(b, i)
+		if !ok {
 			return s, false
 		}
-		end, plain := stringEnd(b, i)
-		if end < 0 || !plain {
-			return s, false
-		}
-		m, sure := memberOf(b[i+1 : end-1])
+		m, sure := memberOf(key)
 		if !sure {
 			return s, false
 		}
@@ -70,17 +66,7 @@ func scanLine(b []byte) (s scanned, ok bool) {
 			}
 			seen |= 1 << m
 		}
-		i = skipSpace(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return s, false
-		}
-		// Its value.
-		start := skipSpace(b, i+1)
-		end = valueEnd(b, start)
-		if end < 0 {
-			return s, false
-		}
-		v := span{start, end}
+		start, end := v.start, v.end
 		switch m {
 		case memberID:
 			s.id = v
@@ -103,17 +89,49 @@ func scanLine(b []byte) (s scanned, ok bool) {
 				return s, false // an error object: rare, decoded by encoding/json
 			}
 		}
-		// A comma and the next member, or the end of the object and line.
-		i = skipSpace(b, end)
-		switch {
-		case i < len(b) && b[i] == ',':
-			i = skipSpace(b, i+1)
-		case i < len(b) && b[i] == '}':
-			return s, i+1 == len(b)
-		default:
-			return s, false
+		next, last, ok := afterMember(b, end)
+		if !ok || last {
+			return s, ok
 		}
+		i = next
 	}
+}
+
+// memberAt reads the member of an object at b[i]: its key, which must be
+// plain (no escape, its bytes valid as they are), and the span of its
+// value; ok is false for anything else.
+func memberAt(b []byte, i int) (key []byte, v span, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, v, false
+	}
+	end, plain := stringEnd(b, i)
+	if end < 0 || !plain {
+		return nil, v, false
+	}
+	key = b[i+1 : end-1]
+	i = skipSpace(b, end)
+	if i >= len(b) || b[i] != ':' {
+		return nil, v, false
+	}
+	start := skipSpace(b, i+1)
+	if end = valueEnd(b, start); end < 0 {
+		return nil, v, false
+	}
+	return key, span{start, end}, true
+}
+
+// afterMember reads what follows a member's value ending at b[end]: a
+// comma and the index of the next member, or (last) the end of the object,
+// which must also end b but for spaces; ok is false for anything else.
+func afterMember(b []byte, end int) (next int, last, ok bool) {
+	i := skipSpace(b, end)
+	switch {
+	case i < len(b) && b[i] == ',':
+		return skipSpace(b, i+1), false, true
+	case i < len(b) && b[i] == '}':
+		return 0, true, skipSpace(b, i+1) == len(b)
+	}
+	return 0, false, false
 }
 
 // memberOf names a plain key; sure is false for a key encoding/json
@@ -394,14 +412,10 @@ func ScanStringsReusing(obj []byte, names []string, out, prev []string) (sure bo
 	}
 	var seen uint64
 	for {
-		if i >= len(b) || b[i] != '"' {
+		key, v, ok := memberAt(b, i)
+		if !ok {
 			return false
 		}
-		end, plain := stringEnd(b, i)
-		if end < 0 || !plain {
-			return false
-		}
-		key := b[i+1 : end-1]
 		field := -1
 		for k, name := range names {
 			if string(key) == name {
@@ -412,47 +426,35 @@ func ScanStringsReusing(obj []byte, names []string, out, prev []string) (sure bo
 				return false // encoding/json would match it if no exact match came first
 			}
 		}
-		i = skipSpace(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return false
-		}
-		start := skipSpace(b, i+1)
-		if end = valueEnd(b, start); end < 0 {
-			return false
-		}
 		if field >= 0 {
 			if seen&(1<<field) != 0 {
 				return false
 			}
 			seen |= 1 << field
-			if v := b[start:end]; field < len(prev) && len(v) == len(prev[field])+2 && v[0] == '"' &&
-				string(v[1:len(v)-1]) == prev[field] && bytes.IndexByte(v, '\\') < 0 && utf8.ValidString(prev[field]) {
-				out[field] = prev[field] // no escape: its bytes are the value
-			} else {
-				s, ok := stringValue(v)
-				if !ok {
-					return false
-				}
-				out[field] = s
+			var was string
+			if field < len(prev) {
+				was = prev[field]
 			}
+			s, ok := stringValue(b[v.start:v.end], was)
+			if !ok {
+				return false
+			}
+			out[field] = s
 		}
-		i = skipSpace(b, end)
-		switch {
-		case i < len(b) && b[i] == ',':
-			i = skipSpace(b, i+1)
-		case i < len(b) && b[i] == '}':
-			return skipSpace(b, i+1) == len(b)
-		default:
-			return false
+		next, last, ok := afterMember(b, v.end)
+		if !ok || last {
+			return ok
 		}
+		i = next
 	}
 }
 
 // stringValue decodes a valid JSON value into a string as encoding/json
 // does: null is "", a string without escapes whose bytes are valid UTF-8
-// is its bytes, any other string goes through encoding/json (which
-// unescapes and replaces invalid UTF-8); ok is false for other values.
-func stringValue(v []byte) (string, bool) {
+// is its bytes (was itself when it has those bytes: no new string), any
+// other string goes through encoding/json (which unescapes and replaces
+// invalid UTF-8); ok is false for other values.
+func stringValue(v []byte, was string) (string, bool) {
 	switch {
 	case string(v) == "null":
 		return "", true
@@ -461,6 +463,9 @@ func stringValue(v []byte) (string, bool) {
 	}
 	body := v[1 : len(v)-1]
 	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		if string(body) == was {
+			return was, true
+		}
 		return string(body), true
 	}
 	return unquoteJSON(v)
