@@ -220,21 +220,7 @@ func (r *run) directTurn(ctx context.Context, dc *Direct, thread string) (Timing
 // nothing: spawn, initialize, thread/start, turn/start.
 func (r *run) cold(ctx context.Context, c *client.Client, _ string) error {
 	r.progress("  cold rounds: %d per side", r.opts.Cold)
-	var daemon, direct timings
-	for i := range r.opts.Cold {
-		o, err := daemonRound(ctx, c, fmt.Sprintf("cold-%d", i), "c", text)
-		if err != nil {
-			return err
-		}
-		daemon.add(o.Timing)
-		t, err := r.directCold(ctx, "")
-		if err != nil {
-			return err
-		}
-		direct.add(t)
-	}
-	r.pair("cold round (new user)", &daemon, &direct, "direct: spawn+init+thread/start+turn", "")
-	return nil
+	return r.newUsers(ctx, c, "cold round (new user)", "cold-%d", nil)
 }
 
 // warmedUp: a new user's first round after Options.WarmUp, against a
@@ -245,11 +231,25 @@ func (r *run) warmedUp(ctx context.Context, c *client.Client, _ string) error {
 		return nil
 	}
 	r.progress("  first rounds after a warm-up: %d per side", r.opts.Cold)
-	var daemon, direct timings
-	for i := range r.opts.Cold {
-		user := fmt.Sprintf("warmup-%d", i)
+	return r.newUsers(ctx, c, "first round after a warm-up", "warmup-%d", func(user string) error {
 		if err := r.opts.WarmUp(ctx, c, user, "c"); err != nil {
 			return fmt.Errorf("warming %s up: %w", user, err)
+		}
+		return nil
+	})
+}
+
+// newUsers times the first round of Options.Cold new users (named by
+// userFormat and a count; prepare, when set, runs untimed before each)
+// against as many direct clients started from nothing, alternating.
+func (r *run) newUsers(ctx context.Context, c *client.Client, name, userFormat string, prepare func(user string) error) error {
+	var daemon, direct timings
+	for i := range r.opts.Cold {
+		user := fmt.Sprintf(userFormat, i)
+		if prepare != nil {
+			if err := prepare(user); err != nil {
+				return err
+			}
 		}
 		o, err := daemonRound(ctx, c, user, "c", text)
 		if err != nil {
@@ -262,7 +262,7 @@ func (r *run) warmedUp(ctx context.Context, c *client.Client, _ string) error {
 		}
 		direct.add(t)
 	}
-	r.pair("first round after a warm-up", &daemon, &direct, "direct: spawn+init+thread/start+turn", "")
+	r.pair(name, &daemon, &direct, "direct: spawn+init+thread/start+turn", "")
 	return nil
 }
 
