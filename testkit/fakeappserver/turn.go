@@ -259,12 +259,13 @@ func plainWord(w string) bool {
 }
 
 // writeDelta writes the line notificationLine would for a delta of a word
-// (by notificationLine when it or an id is not plain).
+// (through notificationLine and writeLine when it or an id is not plain,
+// or the session writes garbage lines).
 func (s *session) writeDelta(t *turn, itemID, word string, ts int64) {
 	if s.werr != nil {
 		return
 	}
-	if !plainWord(word) || !plainWord(t.th.id) || !plainWord(t.id) || !plainWord(itemID) {
+	if s.f.GarbageLines || !plainWord(word) || !plainWord(t.th.id) || !plainWord(t.id) || !plainWord(itemID) {
 		s.writeLine(notificationLine("item/agentMessage/delta", deltaParams{ThreadID: t.th.id, TurnID: t.id, ItemID: itemID, Delta: word}, ts))
 		return
 	}
@@ -314,7 +315,7 @@ func (s *session) messageSteps(t *turn) []func() {
 	for i, word := range splitWords(s.replyText) {
 		steps = append(steps, func() {
 			ts := nowMs()
-			if s.f.HugeLineBytes == 0 && !s.f.GarbageLines {
+			if s.f.HugeLineBytes == 0 {
 				// A flood's common case, without encoding/json: the same bytes.
 				text.WriteString(word)
 				s.writeDelta(t, itemID, word, ts)
