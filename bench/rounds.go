@@ -43,10 +43,12 @@ func (r *run) realRounds(ctx context.Context) (err error) {
 
 // warm: the same thread, round after round, in a live app-server; the
 // same with the mesh's MCP back-connection (a test MCP server) and a new
-// bearer token every round, as a mesh sends them; and two more sides, direct clients that replay what today's daemon asks the CLI
-// before each turn (thread/unsubscribe, thread/resume), with and without
-// the daemon's config overlay, which split the daemon's extra time into
-// the CLI's part and the daemon's own.
+// bearer token every round, as a mesh sends them, for another user, so
+// that each CLI on either side holds one thread, as the direct client's
+// does; and two more sides, direct clients that replay what the daemon
+// asked the CLI before each turn before issue 12 (thread/unsubscribe,
+// thread/resume), with and without its config overlay, which split the
+// daemon's extra time into the CLI's part and the daemon's own.
 func (r *run) warm(ctx context.Context, c *client.Client, homes string) error {
 	r.progress("  warm rounds: %d per side", r.opts.Rounds)
 	dc, err := StartDirect(ctx, r.directConfig())
@@ -105,7 +107,7 @@ func (r *run) warm(ctx context.Context, c *client.Client, homes string) error {
 				return err
 			},
 			func() error {
-				m, err := daemonRoundReq(ctx, c, messages.StartRound{User: "warm", Thread: "w-mcp", Text: text,
+				m, err := daemonRoundReq(ctx, c, messages.StartRound{User: "warm-mcp", Thread: "w-mcp", Text: text,
 					MCPURL: mcp.URL(), MCPToken: fmt.Sprintf("bench-token-%d", i)})
 				if err == nil && measured {
 					withMCP.add(m.Timing)
