@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -96,6 +97,7 @@ type run struct {
 	overrides []string
 	rows      []Row
 	seq       int
+	rng       *rand.Rand // the order of a round's sides
 }
 
 // roundTimeout bounds one round or one direct turn.
@@ -114,7 +116,8 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	start := time.Now()
 	load, _ := os.ReadFile("/proc/loadavg")
-	r := &run{opts: opts, workspace: filepath.Join(opts.Dir, "workspace"), home: filepath.Join(opts.Dir, "home")}
+	r := &run{opts: opts, workspace: filepath.Join(opts.Dir, "workspace"), home: filepath.Join(opts.Dir, "home"),
+		rng: rand.New(rand.NewPCG(12, 1))} // one seed: every run interleaves alike
 	for _, d := range []string{r.workspace, r.home} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
