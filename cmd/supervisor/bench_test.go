@@ -62,7 +62,7 @@ func TestBenchSmall(t *testing.T) {
 		"of which: thread/unsubscribe + thread/resume",
 		"direct with unsubscribe+resume, no config overlay: send → first text",
 		"direct with unsubscribe+resume, no config overlay: send → verdict",
-		"of which: thread/unsubscribe + thread/resume", "app-server CPU per warm round",
+		"of which: thread/unsubscribe + thread/resume", "app-server CPU per warm round", "bench process CPU per warm round",
 		"cold round (new user): send → first text", "cold round (new user): send → verdict",
 		"first round after a warm-up: send → first text", "first round after a warm-up: send → verdict",
 		"2 users at once: send → first text", "2 users at once: send → verdict",
