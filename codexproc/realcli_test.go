@@ -668,8 +668,14 @@ func TestRealCLIResolveBinaryFromShim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := NativeInInstall(install); got != want {
-		t.Errorf("ResolveBinary(%s) = %s, want %s", shim, got, want)
+	// The install may be reached through a symlink (a worktree's
+	// .codex-cli); the shim is resolved through it, so compare real paths.
+	want, err := filepath.EvalSymlinks(NativeInInstall(install))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if real, err := filepath.EvalSymlinks(got); err != nil || real != want {
+		t.Errorf("ResolveBinary(%s) = %s (%s, %v), want %s", shim, got, real, err, want)
 	}
 	if isNodeShim(got) {
 		t.Errorf("%s is still a node script", got)
