@@ -349,14 +349,25 @@ func (oc *opsCaller) awaitOther(what string, within time.Duration, ok func(any) 
 // opsAppServer is the one live app-server whose CODEX_HOME is home.
 func opsAppServer(t *testing.T, bin, home string) proctest.Proc {
 	t.Helper()
-	var found []proctest.Proc
+	var homed []proctest.Proc
+	pids := map[int]bool{}
 	for _, p := range codexProcs(bin, home) {
 		if p.Home() == home {
+			homed = append(homed, p)
+			pids[p.PID] = true
+		}
+	}
+	// A child the app-server has forked and not yet exec'd (its shell, a
+	// sandboxed command) is still the codex binary with its environment:
+	// the app-server is the one whose parent is not one of them.
+	var found []proctest.Proc
+	for _, p := range homed {
+		if !pids[p.PPID] {
 			found = append(found, p)
 		}
 	}
 	if len(found) != 1 {
-		t.Fatalf("want one app-server with CODEX_HOME %s, found %+v", home, found)
+		t.Fatalf("want one app-server with CODEX_HOME %s, found %+v", home, homed)
 	}
 	return found[0]
 }
