@@ -22,6 +22,7 @@ type Metrics struct {
 	Hung           prometheus.Counter     // app-servers killed because they stopped answering (also in Deaths)
 	ThreadResumes  prometheus.Counter     // thread/resume calls that loaded a thread
 	WarmThreads    prometheus.Counter     // rounds that found their thread loaded with their settings (no resume)
+	Draining       prometheus.Gauge       // 1 once the node admits no new rounds (it is stopping)
 }
 
 // NewMetrics makes the collectors and registers them with reg (nil: not
@@ -74,6 +75,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		WarmThreads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "supervisor_thread_warm_opens_total", Help: "Rounds whose codex thread was loaded already with the same settings (no unload, no resume).",
 		}),
+		Draining: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "supervisor_draining", Help: "1 once this node admits no new rounds: it is stopping and lets the running ones finish.",
+		}),
 	}
 	// Every label set exists from the start at zero, so that rate() and
 	// alerts see a series before its first event.
@@ -90,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.RemoteRejected.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads)
+		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads, m.Draining)
 		reg.MustRegister(m.Rounds, m.FirstDelta, m.RoundDuration, m.LiveAppServers, m.Starts,
 			m.Deaths, m.Restarts, m.Evictions, m.Logins, m.RemoteRejected, m.Users, m.RoundsInFlight)
 	}

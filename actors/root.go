@@ -103,6 +103,7 @@ func (r *rootActor) Receive(c *actor.Context) {
 		return
 	case drainRequest:
 		r.draining = true
+		r.cfg.Metrics.Draining.Set(1)
 		r.log.Info("draining: no new rounds are admitted")
 		c.Engine().BroadcastEvent(DrainStarted{})
 		m.reply <- r.cfg.rounds.idle()

@@ -511,7 +511,7 @@ func TestOpsMetricsAndHealth(t *testing.T) {
 		{"supervisor_app_server_evictions_total", `reason="idle"`}, {"supervisor_app_server_evictions_total", `reason="cap"`},
 		{"supervisor_logins_total", `outcome="success"`}, {"supervisor_logins_total", `outcome="failure"`},
 		{"supervisor_remote_rejected_total", `reason="unknown"`}, {"supervisor_remote_rejected_total", `reason="malformed"`},
-		{"supervisor_remote_rejected_total", `reason="invalid"`}, {"supervisor_rounds_in_flight", ""},
+		{"supervisor_remote_rejected_total", `reason="invalid"`}, {"supervisor_rounds_in_flight", ""}, {"supervisor_draining", ""},
 	} {
 		if v, ok := opsMetric(body0, m.name, m.labels); !ok || v != 0 {
 			t.Errorf("at the start %s{%s} = %v (present %v), want 0", m.name, m.labels, v, ok)
@@ -989,7 +989,8 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	if err := syscall.Kill(srv.cmd.Process.Pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	srv.waitMsg("draining: no new rounds are admitted")
+	opsWaitMetric(t, fmt.Sprintf("http://%s/metrics", metrics["listen"]), "supervisor_draining", "", "the drain's start",
+		func(v float64) bool { return v == 1 })
 	late := c.round(messages.StartRound{User: "drain-carol", Thread: "late", Text: "too late"})
 	if late.verdict.Status != messages.StatusUnavailable || len(late.events) != 0 {
 		t.Errorf("a round sent while draining: %+v with %d events, want unavailable at once", late.verdict, len(late.events))
