@@ -51,17 +51,23 @@ func (r *run) events(ctx context.Context) (err error) {
 	var daemon, base []float64
 	got := 0
 	for range r.opts.Floods {
-		o, err := daemonRound(ctx, c, "flood", "f", "go")
+		err := r.inTurn(func() error {
+			o, err := daemonRound(ctx, c, "flood", "f", "go")
+			if err == nil {
+				daemon = append(daemon, float64(n)/o.Verdict.Seconds())
+				got = o.events
+			}
+			return err
+		}, func() error {
+			took, err := raw.burst(ctx, n)
+			if err == nil {
+				base = append(base, float64(n)/took.Seconds())
+			}
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		daemon = append(daemon, float64(n)/o.Verdict.Seconds())
-		got = o.events
-		took, err := raw.burst(ctx, n)
-		if err != nil {
-			return err
-		}
-		base = append(base, float64(n)/took.Seconds())
 	}
 	r.rows = append(r.rows, row("deltas end to end over the remote", "events/s", daemon, "raw remote one-way", base,
 		fmt.Sprintf("a round of %d deltas reached the caller as %d events (the outbox merges deltas past its burst)", n, got)))
