@@ -49,7 +49,7 @@ type Counts struct {
 
 // DefaultCounts are the counts of a full run (a few minutes on 2 cores).
 func DefaultCounts() Counts {
-	return Counts{Rounds: 60, Cold: 5, Evict: 5, Users: 20, Batches: 3, Events: 20000, Floods: 5,
+	return Counts{Rounds: 60, Cold: 10, Evict: 5, Users: 20, Batches: 3, Events: 20000, Floods: 5,
 		IdleUsers: 10000, RegistryThreads: 10000, Fallbacks: 5, MCPCalls: 300}
 }
 
