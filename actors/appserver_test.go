@@ -97,8 +97,9 @@ func TestWarmUpLoadsThread(t *testing.T) {
 	r1 := h.round(c, messages.StartRound{User: "val", Thread: "mesh/v", Text: "one"})
 	mustStatus(t, r1, messages.StatusCompleted)
 	// A restart forgets the loaded threads: stop the app-server.
-	// (The round unsubscribes just after its verdict: until then the
-	// app-server is not idle, and evictNow does nothing.)
+	// (The round's unsubscribe reaches the app-server actor around its
+	// verdict: until then the app-server is not idle, and evictNow does
+	// nothing.)
 	pid := liveAppServerPID(t, h, "val")
 	poll(t, waitFor, "the idle app-server to stop", func() bool {
 		h.engine.Send(h.childPID("user/val/codex/main"), evictNow{})
