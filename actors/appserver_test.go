@@ -152,7 +152,7 @@ func TestWarmUpLoadsThread(t *testing.T) {
 // failed verdict within about two call timeouts, the process is killed and
 // counted as hung, and the next round runs on a fresh one.
 func TestHungDuringOpenThread(t *testing.T) {
-	const callTimeout = time.Second
+	const callTimeout = hungCallTimeout // it bounds the fresh fake's start too (see hung_test.go)
 	m := NewMetrics(nil)
 	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}), func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()

@@ -72,11 +72,12 @@ func groupStopped(pgid int) bool {
 	return true
 }
 
-// hungCallTimeout is the CallTimeout of the tests of a hung fake: every
-// call of a live fake, its start and initialize included, answers well
-// within it even under -race on a loaded 2-core machine, where a fresh
-// fake's initialize took over a second.
-const hungCallTimeout = 4 * time.Second
+// hungCallTimeout is the CallTimeout of the tests of a hung app-server:
+// every call of a live one (the fake or the real CLI), its start and
+// initialize included, answers well within it even under -race on a
+// loaded 2-core machine, where a fresh fake's initialize took over a
+// second and the real CLI's over two.
+const hungCallTimeout = 5 * time.Second
 
 // A round waiting on an app-server that stops answering mid-turn gets its
 // verdict from the periodic health call (not from the stall deadline, ten
@@ -189,7 +190,9 @@ func TestSlowMethodIsNotHung(t *testing.T) {
 // fresh one. The CLI's own behaviour is the point: it answers the health
 // call while it runs, and a stopped one answers nothing.
 func TestRealCLIHungAppServerReplaced(t *testing.T) {
-	const callTimeout = 2 * time.Second
+	// The real CLI's start and initialize are bounded by it too: with 2s
+	// the first round's initialize timed out in a loaded full run.
+	const callTimeout = hungCallTimeout
 	m := NewMetrics(nil)
 	h, _ := supHarness(t, realCLI, func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()
