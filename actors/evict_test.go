@@ -127,7 +127,7 @@ func TestEvictLRUCapSparesRoundOpeningThread(t *testing.T) {
 		c.CodexBin, c.CodexArgs = script, slow.Args
 		c.CodexEnv = append(c.CodexEnv, append(slow.Env, "FAKE_NORMAL="+normal)...)
 		c.MaxLive = 1
-		c.CallTimeout = 3 * time.Second
+		c.CallTimeout = hungCallTimeout // bob's fresh fake starts within it on a loaded machine
 	})
 	ca, cb := h.caller(), h.caller()
 	h.roundAsync(ca, messages.StartRound{User: "alice", Thread: "mesh/s", Text: "slow", RoundID: "s-1"})
