@@ -97,8 +97,9 @@ func TestWarmUpLoadsThread(t *testing.T) {
 	r1 := h.round(c, messages.StartRound{User: "val", Thread: "mesh/v", Text: "one"})
 	mustStatus(t, r1, messages.StatusCompleted)
 	// A restart forgets the loaded threads: stop the app-server.
-	// (The round unsubscribes just after its verdict: until then the
-	// app-server is not idle, and evictNow does nothing.)
+	// (The round's unsubscribe reaches the app-server actor around its
+	// verdict: until then the app-server is not idle, and evictNow does
+	// nothing.)
 	pid := liveAppServerPID(t, h, "val")
 	poll(t, waitFor, "the idle app-server to stop", func() bool {
 		h.engine.Send(h.childPID("user/val/codex/main"), evictNow{})
@@ -151,7 +152,7 @@ func TestWarmUpLoadsThread(t *testing.T) {
 // failed verdict within about two call timeouts, the process is killed and
 // counted as hung, and the next round runs on a fresh one.
 func TestHungDuringOpenThread(t *testing.T) {
-	const callTimeout = time.Second
+	const callTimeout = hungCallTimeout // it bounds the fresh fake's start too (see hung_test.go)
 	m := NewMetrics(nil)
 	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}), func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()

@@ -17,7 +17,10 @@ import (
 // interrupted and failed with a verdict naming the stall; the thread then
 // serves the next round.
 func TestStallInterruptsTurn(t *testing.T) {
-	const stall = time.Second
+	// The second round must make progress more often than this: the real
+	// CLI, descheduled on a loaded machine, can be silent for a second
+	// between two notifications of a normal turn.
+	const stall = 3 * time.Second
 	h, _ := supHarness(t, realCLI, func(c *Config) { c.StallTimeout = stall })
 	c := h.caller()
 	h.model.Enqueue(mockmodel.Text("thinking ").Hang())
@@ -45,13 +48,15 @@ func TestStallInterruptsTurn(t *testing.T) {
 // TestDeadlineOnHungRPC: an RPC the app-server never answers ends at
 // CallTimeout with a failed verdict naming the deadline.
 func TestDeadlineOnHungRPC(t *testing.T) {
-	const callTimeout = time.Second
+	// Long enough for the fake's start and initialize, bounded by it too,
+	// on a loaded machine: with 1s the round failed initializing instead.
+	const callTimeout = hungCallTimeout
 	h, _ := supHarness(t, withFake(t, fakeappserver.Config{HangOnMethod: "thread/start"}),
 		func(c *Config) { c.CallTimeout = callTimeout })
 	c := h.caller()
 	start := time.Now()
 	h.roundAsync(c, messages.StartRound{User: "alice", Thread: "mesh/d", Text: "hi", RoundID: "d-1"})
-	r := c.collect(t, "d-1", callTimeout+5*time.Second)
+	r := c.collect(t, "d-1", callTimeout+waitFor)
 	took := time.Since(start)
 	mustStatus(t, r, messages.StatusFailed)
 	if !strings.Contains(r.verdict.Error, "starting a codex thread") ||

@@ -72,12 +72,22 @@ func groupStopped(pgid int) bool {
 	return true
 }
 
+// hungCallTimeout is the CallTimeout of the tests of a hung app-server:
+// every call of a live one (the fake or the real CLI), its start and
+// initialize included, answers well within it even under -race on a
+// loaded 2-core machine, where a fresh fake's initialize took over a
+// second and the real CLI's over two.
+const hungCallTimeout = 5 * time.Second
+
 // A round waiting on an app-server that stops answering mid-turn gets its
 // verdict from the periodic health call (not from the stall deadline, ten
 // minutes off); the process is killed, counted as hung, and the next round
 // runs on a fresh one.
 func TestHungAppServerReplacedMidRound(t *testing.T) {
-	const callTimeout = time.Second
+	// Long enough for a fresh fake to start and answer initialize on a
+	// loaded machine (with 1s the next round's start timed out under CI
+	// load); the bound below is still minutes short of the stall deadline.
+	const callTimeout = hungCallTimeout
 	m := NewMetrics(nil)
 	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}),
 		func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
@@ -121,7 +131,7 @@ func TestHungAppServerReplacedMidRound(t *testing.T) {
 // the round after completes on a fresh process and resumes the thread,
 // instead of every later round failing by timeout until idle eviction.
 func TestHungAppServerReplacedBetweenRounds(t *testing.T) {
-	const callTimeout = time.Second
+	const callTimeout = hungCallTimeout // see TestHungAppServerReplacedMidRound
 	m := NewMetrics(nil)
 	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}),
 		func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
@@ -156,7 +166,7 @@ func TestHungAppServerReplacedBetweenRounds(t *testing.T) {
 // A method the app-server never answers is not a hung app-server: the
 // health call its deadline asks for is answered, and nothing is killed.
 func TestSlowMethodIsNotHung(t *testing.T) {
-	const callTimeout = 3 * time.Second // the fake answers a health call well within it, even on a busy machine
+	const callTimeout = hungCallTimeout // the fake answers a health call well within it, even on a busy machine
 	m := NewMetrics(nil)
 	h, _ := supHarness(t, withFake(t, fakeappserver.Config{HangOnMethod: "thread/start"}),
 		func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
@@ -180,7 +190,9 @@ func TestSlowMethodIsNotHung(t *testing.T) {
 // fresh one. The CLI's own behaviour is the point: it answers the health
 // call while it runs, and a stopped one answers nothing.
 func TestRealCLIHungAppServerReplaced(t *testing.T) {
-	const callTimeout = 2 * time.Second
+	// The real CLI's start and initialize are bounded by it too: with 2s
+	// the first round's initialize timed out in a loaded full run.
+	const callTimeout = hungCallTimeout
 	m := NewMetrics(nil)
 	h, _ := supHarness(t, realCLI, func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()

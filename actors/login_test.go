@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -607,8 +608,19 @@ func noShellSnapshot(c *Config) {
 
 func TestAPIKeyLifecycle(t *testing.T) {
 	// hollywood logs to slog.Default: capture it too, for the whole test.
-	prev := slog.Default()
-	t.Cleanup(func() { slog.SetDefault(prev) })
+	// slog.SetDefault also points the log package's output at the new
+	// handler, and setting back a default logger that writes through the
+	// log package does not undo that: the log package's writer and flags
+	// are put back here too. Left pointing at this test's logBuffer, every
+	// later test's hollywood warnings went to it, from inside synctest
+	// bubbles and outside, and the buffer's channel, made in one bubble and
+	// closed outside it, crashed the test binary.
+	prev, prevOut, prevFlags := slog.Default(), log.Writer(), log.Flags()
+	t.Cleanup(func() {
+		slog.SetDefault(prev)
+		log.SetOutput(prevOut)
+		log.SetFlags(prevFlags)
+	})
 	h := newLoginHarness(t, fakeissuer.Options{}, func(c *Config) {
 		requireOpenAIAuth(c)
 		noShellSnapshot(c)

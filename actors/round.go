@@ -407,13 +407,26 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 func (r *roundActor) conclude() {
 	r.concluded = true
 	defer r.req.settle(r.cfg)
-	// Winding down happens whatever fails below: the thread must be freed
-	// for its next round and the subscription dropped.
-	defer func() {
+	// Winding down frees the thread for its next round and drops the
+	// subscription. It comes before the verdict: a caller's next command
+	// on the thread, sent when the verdict came, must find the thread
+	// free (sent after it, a compaction asked at once was refused now and
+	// then: "a round runs on the thread"). The round's parent, its log,
+	// forwards roundDone to the user actor before it forwards the verdict.
+	// It happens whatever fails below too.
+	wound := false
+	windDown := func() {
+		if wound {
+			return
+		}
+		wound = true
 		if r.threadID != "" {
 			r.engine.Send(r.codex, unsubscribe{threadID: r.threadID, round: r.self, keep: r.ended})
 		}
 		r.engine.Send(r.parent, roundDone{key: r.req.Thread, roundID: r.req.RoundID})
+	}
+	defer func() {
+		windDown()
 		r.engine.Poison(r.self)
 	}()
 	v := *r.verdict
@@ -426,6 +439,7 @@ func (r *roundActor) conclude() {
 	if r.req.replyTo != nil && r.req.replyTo.Address != r.engine.Address() {
 		r.engine.Unsubscribe(r.self)
 	}
+	windDown()
 	if !r.callerGone { // nothing more goes to a caller that is gone
 		r.flush(true) // every event goes before the verdict
 		deliver(r.engine, r.req.replyTo, v, r.log)

@@ -235,7 +235,10 @@ func TestLeaveHandsOverAtOnce(t *testing.T) {
 	if local, _, err := b.Owner("alice", 0); !local || err != nil {
 		t.Fatalf("b takes alice over: local=%v err=%v", local, err)
 	}
-	if took := time.Since(start); took > 3*time.Second {
+	// Half the TTL: an expiry would take all of it, and on a loaded
+	// machine (-race, an in-process etcd, two shared cores) the revoke,
+	// the watch and the claim take seconds.
+	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("takeover took %v, want well under the 10s TTL", took)
 	}
 }
