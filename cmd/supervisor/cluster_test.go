@@ -147,17 +147,20 @@ func (tc *testCluster) restart(i int) {
 	tc.start(i, strings.Join(initial, ","), strings.Join(clients, ","))
 }
 
-// appServerGroups maps each home to its app-servers: the processes whose
-// command line runs "app-server" and whose parent's does not (under
-// isolation that is the bubblewrap the daemon started; the CLI's own
-// helpers and threads below it are not counted again).
+// appServerGroups maps each home to its app-servers: the live codex
+// processes whose command line runs "app-server" and whose parent is not
+// codex (the daemon, or under isolation the bubblewrap it started; a child
+// the CLI forked and has not exec'd yet is still codex and not counted
+// again). The processes around a dead one are not counted: a bubblewrap
+// left a moment after its codex died, or a dying tree whose parents' command
+// lines already read empty, holds no CODEX_HOME.
 func (tc *testCluster) appServerGroups() map[string][]int {
 	out := map[string][]int{}
 	for _, p := range proctest.List(proctest.NotSelf, proctest.UnderHome(tc.homes)) {
-		if !strings.Contains(p.Cmdline(), " app-server") {
+		if p.Comm != "codex" || !p.Live() || !strings.Contains(p.Cmdline(), " app-server") {
 			continue
 		}
-		if parent, ok := proctest.Read(p.PPID); ok && strings.Contains(parent.Cmdline(), " app-server") {
+		if parent, ok := proctest.Read(p.PPID); ok && parent.Comm == "codex" {
 			continue
 		}
 		out[p.Home()] = append(out[p.Home()], p.PID)
@@ -382,7 +385,7 @@ func longCluster(t *testing.T) {
 	}
 }
 
-// waitGroupsGone waits until the codex processes of home are gone.
+// appServersOf is home's live app-servers (see appServerGroups).
 func (tc *testCluster) appServersOf(home string) []int {
 	return tc.appServerGroups()[home]
 }
