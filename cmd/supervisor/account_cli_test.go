@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -12,25 +11,8 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/testkit/fakeissuer"
+	"github.com/meshweaver/supervisor/testkit/syncbuf"
 )
-
-// lockedWriter collects a command's output while it runs.
-type lockedWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
 
 // The account commands, end to end: supervisor login (device code against a
 // loopback issuer, then Ctrl-C on a second one), login --api-key-stdin,
@@ -63,7 +45,7 @@ func testAccountCommands(t *testing.T, mode string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cli := func(ctx context.Context, stdin string, args ...string) (int, string, string) {
-		var out, errOut lockedWriter
+		var out, errOut syncbuf.Buffer // a command's output, read while it runs
 		code := runCLI(ctx, args, strings.NewReader(stdin), &out, &errOut)
 		return code, out.String(), errOut.String()
 	}

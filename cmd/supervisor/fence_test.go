@@ -2,18 +2,17 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/meshweaver/supervisor/testkit/proctest"
+	"github.com/meshweaver/supervisor/testkit/syncbuf"
 )
 
 // fakeDaemon is a shell standing in for a daemon: its background sleep,
@@ -42,22 +41,13 @@ func fakeDaemon(t *testing.T) (*exec.Cmd, int) {
 	return sh, pid
 }
 
-// syncBuf is a goroutine-safe buffer for the fence's log.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // TestFenceKillsPastTheDeadline: the fence leaves the daemon's app-server
 // alone while each new fence time arrives before the last one passes,
 // kills its process group once one passes, and exits when its input ends.
 func TestFenceKillsPastTheDeadline(t *testing.T) {
 	sh, app := fakeDaemon(t)
 	in, feed := io.Pipe()
-	var log syncBuf
+	var log syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- fenceCmd(context.Background(), []string{"--daemon-pid", strconv.Itoa(sh.Process.Pid), "--member", "m1", "--poll", "10ms"}, in, &log)
@@ -106,7 +96,7 @@ func TestFenceKillsPastTheDeadline(t *testing.T) {
 func TestFenceKillsWhatADeadDaemonLeft(t *testing.T) {
 	sh, app := fakeDaemon(t)
 	in, feed := io.Pipe()
-	var log syncBuf
+	var log syncbuf.Buffer
 	saw := make(chan int, 8)
 	fenceSaw = func(pid int) { saw <- pid }
 	defer func() { fenceSaw = nil }()

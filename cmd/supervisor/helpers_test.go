@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
+	"github.com/meshweaver/supervisor/testkit/syncbuf"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
 
@@ -520,17 +519,8 @@ func (e *env) rollouts(user, threadID string) []string {
 	return out
 }
 
-// syncBuffer is a bytes.Buffer for a logger written from many goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+// syncBuffer is a logger's buffer written from many goroutines.
+type syncBuffer struct{ syncbuf.Buffer }
 
 // filtered is the log without its debug lines (the app-servers' relayed
 // stderr), unless all.
@@ -546,12 +536,6 @@ func (b *syncBuffer) filtered(all bool) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // testCodexEnv is what the tests' app-servers get on top of the daemon's

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -17,7 +16,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +29,7 @@ import (
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
+	"github.com/meshweaver/supervisor/testkit/syncbuf"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
@@ -59,7 +58,7 @@ type opsRig struct {
 	homes     string
 	workspace string
 	model     *mockmodel.Server
-	logs      *opsBuffer
+	logs      *syncbuf.Buffer
 	reg       *prometheus.Registry
 	cfg       actors.Config
 	tlsConf   *tls.Config
@@ -77,7 +76,7 @@ func opsNewRig(t *testing.T, tlsConf *tls.Config, mutate func(*actors.Config)) *
 		t: t, bin: opsCodexBin(t), root: root,
 		homes:     filepath.Join(root, "homes"),
 		workspace: filepath.Join(root, "workspace"),
-		logs:      &opsBuffer{},
+		logs:      &syncbuf.Buffer{},
 		reg:       newRegistry(),
 		tlsConf:   tlsConf,
 	}
@@ -373,24 +372,6 @@ func opsAppServer(t *testing.T, bin, home string) proctest.Proc {
 }
 
 // --- logs and metrics ---
-
-// opsBuffer is a bytes.Buffer written from many goroutines.
-type opsBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *opsBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *opsBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // opsLogRecords parses JSON log lines; lines that are not JSON are skipped.
 func opsLogRecords(s string) []map[string]any {
@@ -789,7 +770,7 @@ func opsBuild(t *testing.T, dir string) string {
 type opsServe struct {
 	t       *testing.T
 	cmd     *exec.Cmd
-	logs    *opsBuffer
+	logs    *syncbuf.Buffer
 	changed chan struct{} // a line was logged
 	eof     chan struct{} // stderr closed: the process is ending
 	exited  chan error    // its exit, once
@@ -802,7 +783,7 @@ type opsServe struct {
 // failure, shows its log.
 func opsStartServe(t *testing.T, exe string, args ...string) *opsServe {
 	t.Helper()
-	s := &opsServe{t: t, cmd: exec.Command(exe, args...), logs: &opsBuffer{},
+	s := &opsServe{t: t, cmd: exec.Command(exe, args...), logs: &syncbuf.Buffer{},
 		changed: make(chan struct{}, 1), eof: make(chan struct{}), exited: make(chan error, 1)}
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/testkit/syncbuf"
 )
 
 // init turns this test binary, re-executed by a daemon as its "codex", into
@@ -161,9 +162,9 @@ func secEncodeAs(t *testing.T, name string, body map[string]any) *anypb.Any {
 
 // secCaptureDefaultLog sends slog's default logger (hollywood logs there)
 // to a buffer at debug for the test.
-func secCaptureDefaultLog(t *testing.T) *opsBuffer {
+func secCaptureDefaultLog(t *testing.T) *syncbuf.Buffer {
 	t.Helper()
-	buf := &opsBuffer{}
+	buf := &syncbuf.Buffer{}
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { slog.SetDefault(prev) })
