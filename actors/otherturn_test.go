@@ -26,14 +26,7 @@ type stubTree struct {
 
 func runStubRound(t *testing.T, key string, onSubscribe func(c *actor.Context, m subscribe)) *stubTree {
 	t.Helper()
-	cfg := Config{Homes: t.TempDir(), Workspace: t.TempDir(), Logger: slog.New(slog.DiscardHandler), CallTimeout: waitFor}
-	if err := cfg.setDefaults(); err != nil {
-		t.Fatal(err)
-	}
-	e, err := actor.NewEngine(actor.NewEngineConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, e := stubEngine(t)
 	tree := &stubTree{
 		verdicts: make(chan messages.RoundFinished, 1),
 		threads:  make(chan string, 4),
@@ -56,17 +49,7 @@ func runStubRound(t *testing.T, key string, onSubscribe func(c *actor.Context, m
 			tree.unsubs <- m
 		}
 	}, "codex")
-	registry := e.SpawnFunc(func(c *actor.Context) {
-		switch m := c.Message().(type) {
-		case lookupThread:
-			c.Send(m.round, threadLookup{key: m.key})
-		case appendTurns:
-			tree.journal <- m
-			c.Send(m.round, saved{what: "journal"})
-		case recordThread:
-			c.Send(m.round, saved{what: "thread record"})
-		}
-	}, "registry")
+	registry := stubRegistry(e, tree.journal)
 	callerPID := e.SpawnFunc(func(c *actor.Context) {
 		if v, ok := c.Message().(messages.RoundFinished); ok {
 			tree.verdicts <- v
@@ -75,7 +58,7 @@ func runStubRound(t *testing.T, key string, onSubscribe func(c *actor.Context, m
 	req := roundRequest{StartRound: messages.StartRound{User: "alice", Thread: key, Text: "hi", RoundID: key + "-1"}, replyTo: callerPID}
 	user := e.SpawnFunc(func(c *actor.Context) {
 		if _, ok := c.Message().(actor.Started); ok {
-			c.SpawnChild(newRoundActor(&cfg, req, codex, registry), "round", spawnOpts("r1", cfg.Logger, roundPanicked)...)
+			c.SpawnChild(newRoundActor(cfg, req, codex, registry), "round", spawnOpts("r1", cfg.Logger, roundPanicked)...)
 		}
 	}, "user")
 	t.Cleanup(func() {
@@ -84,6 +67,40 @@ func runStubRound(t *testing.T, key string, onSubscribe func(c *actor.Context, m
 		}
 	})
 	return tree
+}
+
+// stubEngine is a bare engine and a round's configuration, for a round
+// actor run among stand-ins.
+func stubEngine(t *testing.T) (*Config, *actor.Engine) {
+	t.Helper()
+	cfg := &Config{Homes: t.TempDir(), Workspace: t.TempDir(), Logger: slog.New(slog.DiscardHandler), CallTimeout: waitFor}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	e, err := actor.NewEngine(actor.NewEngineConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, e
+}
+
+// stubRegistry stands in for the registry actor: no thread to resume, and
+// every write saved; the journal's appends go to journal when it is not
+// nil.
+func stubRegistry(e *actor.Engine, journal chan<- appendTurns) *actor.PID {
+	return e.SpawnFunc(func(c *actor.Context) {
+		switch m := c.Message().(type) {
+		case lookupThread:
+			c.Send(m.round, threadLookup{key: m.key})
+		case appendTurns:
+			if journal != nil {
+				journal <- m
+			}
+			c.Send(m.round, saved{what: "journal"})
+		case recordThread:
+			c.Send(m.round, saved{what: "thread record"})
+		}
+	}, "registry")
 }
 
 func (tree *stubTree) verdict(t *testing.T) messages.RoundFinished {

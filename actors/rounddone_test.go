@@ -2,7 +2,6 @@ package actors
 
 import (
 	"encoding/json"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -24,37 +23,21 @@ import (
 // app-server actor: everything the round sends it lands in one mailbox,
 // in the order the round sent it, so the order checked is certain.
 func TestRoundDoneBeforeVerdict(t *testing.T) {
-	cfg := Config{Homes: t.TempDir(), Workspace: t.TempDir(), Logger: slog.New(slog.DiscardHandler), CallTimeout: waitFor}
-	if err := cfg.setDefaults(); err != nil {
-		t.Fatal(err)
-	}
-	e, err := actor.NewEngine(actor.NewEngineConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, e := stubEngine(t)
 	const threadID, turnID = "0199a0a0-0000-7000-8000-0000000000d0", "0199a0a0-0000-7000-8000-0000000000d1"
 	turnNote := func(method, status string) roundNote {
 		params, _ := json.Marshal(map[string]any{"threadId": threadID,
 			"turn": map[string]any{"id": turnID, "status": status, "items": []any{}}})
 		return roundNote{note: &codexrpc.Notification{Method: method, Params: params}}
 	}
-	registry := e.SpawnFunc(func(c *actor.Context) {
-		switch m := c.Message().(type) {
-		case lookupThread:
-			c.Send(m.round, threadLookup{key: m.key})
-		case appendTurns:
-			c.Send(m.round, saved{what: "journal"})
-		case recordThread:
-			c.Send(m.round, saved{what: "thread record"})
-		}
-	}, "registry")
+	registry := stubRegistry(e, nil)
 	seen := make(chan string, 16)
 	hub := e.SpawnFunc(func(c *actor.Context) {
 		switch m := c.Message().(type) {
 		case actor.Started:
 			req := roundRequest{StartRound: messages.StartRound{User: "alice", Thread: "mesh/done", Text: "hi", RoundID: "done-1"},
 				replyTo: c.PID()}
-			c.SpawnChild(newRoundActor(&cfg, req, c.PID(), registry), "round", spawnOpts("r1", cfg.Logger, roundPanicked)...)
+			c.SpawnChild(newRoundActor(cfg, req, c.PID(), registry), "round", spawnOpts("r1", cfg.Logger, roundPanicked)...)
 		case openThread:
 			c.Send(m.round, threadOpenResult{threadID: threadID})
 		case appCall:
