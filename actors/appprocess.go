@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/procs"
@@ -122,8 +124,20 @@ func (a *appServerActor) launch() {
 				cfg.Dir = "/" // bubblewrap changes into the workspace itself
 			}
 		}
+		// The pid record names the program the pid ends up as: the
+		// sandbox's, or the CLI's; not the cgroup join's shell.
+		exe := cfg.Binary
+		if len(cfg.Wrapper) > 0 {
+			exe = cfg.Wrapper[0] // the pid is bubblewrap's
+		}
+		group, leaf, err := a.contain(&cfg, gen)
+		if err != nil {
+			engine.Send(self, codexStartFailed{gen: gen, err: fmt.Errorf("starting codex: %w", err)})
+			return
+		}
 		p, err := codexproc.Start(cfg)
 		if err != nil {
+			a.emptyLeaf(leaf)
 			engine.Send(self, codexStartFailed{gen: gen, err: err})
 			return
 		}
@@ -131,17 +145,14 @@ func (a *appServerActor) launch() {
 		if a.down {
 			a.mu.Unlock()
 			a.stopProc(p)
+			a.emptyLeaf(leaf)
 			return
 		}
 		a.live[p] = struct{}{}
 		a.wg.Add(1)
 		a.mu.Unlock()
-		go a.watch(gen, p, record)
+		go a.watch(gen, p, record, leaf)
 		if st, err := procs.StartTime(p.PID()); err == nil {
-			exe := cfg.Binary
-			if len(cfg.Wrapper) > 0 {
-				exe = cfg.Wrapper[0] // the pid is bubblewrap's
-			}
 			a.recMu.Lock()
 			err := store.WriteProcRecord(record, a.procRecord(p.PID(), st, exe))
 			a.recMu.Unlock()
@@ -158,16 +169,71 @@ func (a *appServerActor) launch() {
 			engine.Send(self, codexStartFailed{gen: gen, err: fmt.Errorf("initializing codex: %w", err)})
 			return
 		}
-		engine.Send(self, codexStarted{gen: gen, proc: p, version: client.Version})
+		engine.Send(self, codexStarted{gen: gen, proc: p, version: client.Version, group: group})
 	}()
+}
+
+// contain readies the start of generation gen in its user's limits: the
+// home on its image, and a cgroup for the process inside the user's, which
+// the start enters before it runs anything (cfg gets the prefix and, on
+// cgroup v2, the folder). It returns the user's group and the process's.
+func (a *appServerActor) contain(cfg *codexproc.Config, gen uint64) (group, leaf *contain.Group, err error) {
+	if a.cfg.Disk.Size() > 0 {
+		uid, gid := os.Getuid(), os.Getgid()
+		if c := cfg.Credential; c != nil {
+			uid, gid = int(c.Uid), int(c.Gid)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.CallTimeout)
+		defer cancel()
+		if err := a.cfg.Disk.Mount(ctx, a.home, uid, gid); err != nil {
+			return nil, nil, err
+		}
+	}
+	n := a.cfg.Contain
+	if !n.Active() {
+		return nil, nil, nil
+	}
+	if group, err = n.Group(filepath.Dir(a.home)); err != nil {
+		return nil, nil, err
+	}
+	// A name of its own per start: a restarted actor's generations count
+	// from 1 again.
+	if leaf, err = group.Child(fmt.Sprintf("p-%d-%d", gen, time.Now().UnixNano())); err != nil {
+		return nil, nil, err
+	}
+	s, err := leaf.Start(cfg.Credential)
+	if err != nil {
+		a.emptyLeaf(leaf)
+		return nil, nil, err
+	}
+	cfg.Prefix, cfg.CgroupDir = s.Prefix, s.Dir
+	if s.SwitchesUID {
+		cfg.Credential = nil // the prefix switches, after it joined
+	}
+	return group, leaf, nil
+}
+
+// emptyLeaf kills what is left in a process's cgroup and removes it.
+func (a *appServerActor) emptyLeaf(leaf *contain.Group) {
+	if leaf == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*a.cfg.StopGrace)
+	defer cancel()
+	if err := leaf.Remove(ctx); err != nil {
+		a.log.Warn("emptying an app-server's cgroup", "err", err)
+	}
 }
 
 // watch reports the process's end once its output is drained, so the error
 // carries the exit status and the stderr tail, and drops its pid record.
-func (a *appServerActor) watch(gen uint64, p appProcess, record string) {
+func (a *appServerActor) watch(gen uint64, p appProcess, record string, leaf *contain.Group) {
 	defer a.wg.Done()
 	<-p.Exited()
 	<-p.Conn().Done()
+	// What the process started ends with it: descendants that left its
+	// process group or session, which its stop does not reach.
+	a.emptyLeaf(leaf)
 	a.mu.Lock()
 	delete(a.live, p)
 	a.mu.Unlock()
@@ -199,6 +265,9 @@ func (a *appServerActor) started(m codexStarted) {
 	default:
 	}
 	a.proc, a.version = m.proc, m.version
+	if m.group != nil {
+		a.limits.group = m.group
+	}
 	a.lastHeard = time.Now()
 	a.cfg.Metrics.Starts.Inc()
 	if a.restartNext {
@@ -279,6 +348,14 @@ func (a *appServerActor) drop(lost error) {
 // rounds and the pinned login hear lost, calls in flight end with it, and
 // the threads it held are forgotten.
 func (a *appServerActor) lose(lost error) {
+	// A round whose process was killed for memory hears that first.
+	for thread := range a.limits.base {
+		if s, ok := a.threads.lookup(thread); ok {
+			if res := a.limits.met(thread, a.cfg.Metrics); res != "" {
+				a.engine.Send(s.round, limitMet{resource: res})
+			}
+		}
+	}
 	for _, round := range a.threads.reset() {
 		a.engine.Send(round, codexLost{err: lost})
 	}
@@ -376,6 +453,14 @@ func (a *appServerActor) shutdown() {
 	}
 	// A start still in flight sees down and stops what it made.
 	a.wg.Wait()
+	// The user stops here: their cgroup goes when nothing is left in it,
+	// their home comes off its image.
+	if g := a.limits.group; g != nil {
+		g.Release()
+	}
+	if err := a.cfg.Disk.Unmount(a.home); err != nil {
+		a.log.Warn("unmounting the user's home image", "err", err)
+	}
 	a.engine.Send(a.cap, liveGone{pid: a.self})
 	for _, k := range a.calls {
 		k.timer.Stop()

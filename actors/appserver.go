@@ -132,6 +132,7 @@ type appServerActor struct {
 	delay        *time.Timer // a backed-off start
 	lastHeard    time.Time   // the process last said something
 	probing      bool        // a health call is in flight
+	limits       limitWatch  // the user's cgroup and what each round met of it
 
 	// Goroutines: start attempts, exit watchers and stops. Processes a
 	// start produced are in live until stopped, so Stopped can end even
@@ -149,6 +150,7 @@ func newAppServerActor(cfg *Config, user, home string, creds *store.Credentials,
 	return func() actor.Receiver {
 		return &appServerActor{
 			cfg: cfg, user: user, home: home, creds: creds, redact: &codexproc.Redactor{}, registry: registry, cap: cap,
+			limits: limitWatch{disk: cfg.Disk, home: home},
 			warming:  make(map[string][]warmUp),
 			restarts: newRestartPolicy(cfg),
 			log:      cfg.Logger.With("user", userTag(user), "actor", "appserver"),

@@ -115,6 +115,7 @@ func (a *appServerActor) opened(m openThread, threadID, model, fp string, warm b
 	}
 	a.engine.Send(m.round, threadOpenResult{threadID: threadID, resumed: m.threadID != "", warm: warm,
 		model: model, version: a.version})
+	a.limits.begin(threadID)
 	for _, n := range a.threads.subscribe(subscribe{threadID: threadID, round: m.round, autoApprove: m.autoApprove}) {
 		a.engine.Send(m.round, roundNote{note: n})
 	}
@@ -240,6 +241,12 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 		return
 	}
 	round, ok := a.threads.route(a.children.root(threadID), n)
+	if ok && n.Method == codexproto.NoteTurnCompleted && a.children.root(threadID) == threadID {
+		if res := a.limits.met(threadID, a.cfg.Metrics); res != "" {
+			a.sendRouted() // what came before, then the limit, then the end
+			a.engine.Send(round, limitMet{resource: res})
+		}
+	}
 	if ok {
 		a.toRound(round, n, hd)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/edge"
+	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/mcpfront"
 	"github.com/meshweaver/supervisor/store"
@@ -110,6 +111,14 @@ type Config struct {
 	// sandboxes); nil starts them all as the daemon's user with its view of
 	// the files, as the fakes of the tests need. serve always sets it.
 	Isolation *isolate.Node
+	// Contain, when active, gives each user's app-server, its sandbox and
+	// all they start a cgroup of the user's own with the node's limits,
+	// and each of the user's processes a cgroup of its own inside it,
+	// emptied when the process ends (limits.go). Nil: no limits.
+	Contain *contain.Node
+	// Disk, when it has a size, puts each user's home on an image of that
+	// size before the user's first start; nil or 0: homes are unbounded.
+	Disk *contain.Disk
 	// MCPFront, when set, is the daemon's loopback MCP front (one per
 	// daemon; the daemon closes it after the tree stops): a thread's
 	// overlay names its mesh thread's front URL, and each round sets where

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -165,6 +166,7 @@ type codexStarted struct {
 	gen     uint64
 	proc    appProcess
 	version codexproto.Version
+	group   *contain.Group // the user's cgroup, when limits are on
 }
 
 type codexStartFailed struct {

@@ -23,6 +23,7 @@ type Metrics struct {
 	ThreadResumes  prometheus.Counter     // thread/resume calls that loaded a thread
 	WarmThreads    prometheus.Counter     // rounds that found their thread loaded with their settings (no resume)
 	Draining       prometheus.Gauge       // 1 once the node admits no new rounds (it is stopping)
+	LimitHits      *prometheus.CounterVec // a user's limit met, by resource: memory, pids, disk
 }
 
 // NewMetrics makes the collectors and registers them with reg (nil: not
@@ -75,6 +76,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		WarmThreads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "supervisor_thread_warm_opens_total", Help: "Rounds whose codex thread was loaded already with the same settings (no unload, no resume).",
 		}),
+		LimitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "supervisor_user_limit_hits_total", Help: "Times a user's limit was met (an OOM kill, a refused fork, a full home), by resource.",
+		}, []string{"resource"}),
 		Draining: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "supervisor_draining", Help: "1 once this node admits no new rounds: it is stopping and lets the running ones finish.",
 		}),
@@ -93,8 +97,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"unknown", "malformed", "invalid", "user-cap"} { // the root's; the edge's are preset by serve
 		m.RemoteRejected.WithLabelValues(r)
 	}
+	for _, r := range []string{"memory", "pids", "disk"} {
+		m.LimitHits.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads, m.Draining)
+		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads, m.Draining, m.LimitHits)
 		reg.MustRegister(m.Rounds, m.FirstDelta, m.RoundDuration, m.LiveAppServers, m.Starts,
 			m.Deaths, m.Restarts, m.Evictions, m.Logins, m.RemoteRejected, m.Users, m.RoundsInFlight)
 	}

@@ -75,6 +75,7 @@ type roundActor struct {
 	dropped      int  // events dropped after the overflow
 	startedAt    time.Time
 	firstDelta   bool
+	limit        string // a limit of the user's met during the round (limits.go)
 }
 
 // Messages the round actor sends itself.
@@ -184,6 +185,10 @@ func (r *roundActor) Receive(c *actor.Context) {
 	case questionAsked:
 		if !r.done {
 			r.emit(messages.RoundEvent{Kind: messages.KindQuestion, Text: m.text})
+		}
+	case limitMet:
+		if !r.done {
+			r.limit = m.resource
 		}
 	case codexLost:
 		if !r.done && r.callerGone {
@@ -383,6 +388,16 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		Error: errText, CodexErrorInfo: info,
 	}
 	r.mapper.decorate(r.verdict, r.end)
+	if r.limit != "" {
+		// The limit is why the round failed, or what its turn worked
+		// around: either way the caller is told, typed.
+		info, text := limitError(r.limit)
+		r.verdict.ErrorInfo = info
+		if r.verdict.Error != "" {
+			text += ": " + r.verdict.Error
+		}
+		r.verdict.Error = text
+	}
 	if r.turnBegun {
 		// The CLI keeps the user's message in the thread whatever the end;
 		// the journal keeps what the transcript fallback needs.

@@ -43,6 +43,13 @@ type Config struct {
 	// Credential, when set, is the uid and gid the process runs as (the
 	// daemon must be root or hold CAP_SETUID); groups are cleared.
 	Credential *syscall.Credential
+	// Prefix, when set, is a command line exec'd before the Wrapper (a
+	// user cgroup's join, package contain): it replaces itself with the
+	// rest, so the pid stays the process's.
+	Prefix []string
+	// CgroupDir, when set, is the cgroup v2 directory the process starts
+	// in (clone3's CLONE_INTO_CGROUP): nothing it runs is ever outside.
+	CgroupDir string
 	// Redactor cleans the stderr tail and relayed stderr lines.
 	Redactor *Redactor
 	// Logger receives the relayed stderr (debug; ERROR lines at warn).
@@ -156,10 +163,8 @@ func Start(cfg Config) (*Process, error) {
 		closeAll(stdinR, stdinW, stdoutR, stdoutW)
 		return nil, fmt.Errorf("starting codex: %w", err)
 	}
-	cmd := exec.Command(cfg.Binary, args...)
-	if len(cfg.Wrapper) > 0 {
-		cmd = exec.Command(cfg.Wrapper[0], append(append(cfg.Wrapper[1:len(cfg.Wrapper):len(cfg.Wrapper)], cfg.Binary), args...)...)
-	}
+	argv := append(append(append([]string{}, cfg.Prefix...), cfg.Wrapper...), cfg.Binary)
+	cmd := exec.Command(argv[0], append(argv[1:], args...)...)
 	cmd.Dir = cfg.Dir
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
@@ -171,7 +176,19 @@ func Start(cfg Config) (*Process, error) {
 		// the daemon's supplementary groups.
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.Uid, Gid: c.Gid, Groups: []uint32{}}
 	}
-	if err := cmd.Start(); err != nil {
+	var cgroupDir *os.File
+	if cfg.CgroupDir != "" {
+		if cgroupDir, err = os.Open(cfg.CgroupDir); err != nil {
+			closeAll(stdinR, stdinW, stdoutR, stdoutW, stderrR, stderrW)
+			return nil, fmt.Errorf("starting codex: opening its cgroup: %w", err)
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgroupDir.Fd())
+	}
+	err = cmd.Start()
+	if cgroupDir != nil {
+		cgroupDir.Close()
+	}
+	if err != nil {
 		closeAll(stdinR, stdinW, stdoutR, stdoutW, stderrR, stderrW)
 		return nil, fmt.Errorf("starting codex %s: %w", cfg.Binary, err)
 	}

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Options says where a Node keeps its users' cgroups.
@@ -331,15 +333,15 @@ func (g *Group) Hits() Hits { return g.im.hits() }
 // ends.
 func (g *Group) Kill(ctx context.Context) error {
 	for {
-		if err := g.im.kill(); err != nil {
-			return fmt.Errorf("emptying cgroup %s: %w", g.name, err)
-		}
 		pids, err := g.im.procs()
+		if errors.Is(err, fs.ErrNotExist) || err == nil && len(pids) == 0 {
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("emptying cgroup %s: %w", g.name, err)
 		}
-		if len(pids) == 0 {
-			return nil
+		if err := g.im.kill(); err != nil {
+			return fmt.Errorf("emptying cgroup %s: %w", g.name, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -356,10 +358,10 @@ func (g *Group) Remove(ctx context.Context) error {
 		return err
 	}
 	g.n.mu.Lock()
-	defer g.n.mu.Unlock()
 	if g.n.groups[g.name] == g {
 		delete(g.n.groups, g.name)
 	}
+	g.n.mu.Unlock()
 	// A killed process can stay counted for a moment after it left the
 	// list; the removal is retried until ctx ends.
 	for {
@@ -373,6 +375,38 @@ func (g *Group) Remove(ctx context.Context) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// Child makes a group inside g, with no limits of its own (g's bound
+// it): one process's, so that the end of that process empties exactly
+// what it started, and a start beside it is untouched.
+func (g *Group) Child(name string) (*Group, error) {
+	if strings.ContainsAny(name, "/.") || name == "" {
+		return nil, fmt.Errorf("contain: bad child name %q", name)
+	}
+	full := g.name + "/" + name
+	im, err := g.n.b.group(full, Limits{})
+	if err != nil {
+		return nil, fmt.Errorf("making cgroup %s: %w", full, err)
+	}
+	return &Group{n: g.n, name: full, im: im}, nil
+}
+
+// Release removes g if nothing is in it (its user stopped); a group that
+// holds a process or a child stays.
+func (g *Group) Release() bool {
+	g.n.mu.Lock()
+	defer g.n.mu.Unlock()
+	if p, err := g.im.procs(); err != nil || len(p) > 0 {
+		return false
+	}
+	if err := g.im.remove(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	if g.n.groups[g.name] == g {
+		delete(g.n.groups, g.name)
+	}
+	return true
 }
 
 // Start is how a process starts inside a group.
@@ -516,6 +550,30 @@ func readPids(path string) ([]int, error) {
 	return out, nil
 }
 
+// rmdirTree removes the cgroup folder dir and every cgroup folder under
+// it, deepest first (a cgroup's files go with its folder).
+func rmdirTree(dir string) error {
+	var dirs []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
 // userChildren names the "u-…" folders in dir.
 func userChildren(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
@@ -559,3 +617,69 @@ func memTotal() (int64, error) {
 }
 
 func lookPath(name string) (string, error) { return exec.LookPath(name) }
+
+// Probe says what Open would enforce with o, changing nothing: for serve
+// --check, which must not touch a running daemon's cgroups.
+func Probe(o Options) Report {
+	if o.Mount == "" {
+		o.Mount = "/sys/fs/cgroup"
+	}
+	rep := Report{Missing: make(map[string]string)}
+	version := o.Version
+	if version == 0 {
+		version = detect(o.Mount)
+	}
+	want := asked(o.Limits)
+	writable := func(dir string) error {
+		if err := unix.Access(dir, unix.W_OK); err != nil {
+			return fmt.Errorf("the daemon may not write %s (%v): run it as root, or delegate the cgroup to it (systemd: Delegate=yes)", dir, err)
+		}
+		return nil
+	}
+	switch version {
+	case 2:
+		parent := o.Parent
+		if parent == "" {
+			parent, _ = ownCgroup("")
+		}
+		dir := filepath.Join(o.Mount, filepath.Clean("/"+parent))
+		data, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+		werr := writable(dir)
+		for _, c := range want {
+			switch {
+			case err != nil:
+				rep.Missing[c] = fmt.Sprintf("reading %s: %v", dir, err)
+			case !contains(strings.Fields(string(data)), c):
+				rep.Missing[c] = fmt.Sprintf("the %s controller is not delegated to %s (systemd: Delegate=yes)", c, dir)
+			case werr != nil:
+				rep.Missing[c] = werr.Error()
+			default:
+				rep.Enforced = append(rep.Enforced, c)
+			}
+		}
+		rep.Path = filepath.Join(dir, o.Name)
+	case 1:
+		for _, c := range want {
+			own := o.Parent
+			if own == "" {
+				own, _ = ownCgroup(c)
+			}
+			dir := filepath.Join(o.Mount, c, filepath.Clean("/"+own))
+			if _, err := os.Stat(dir); err != nil {
+				rep.Missing[c] = fmt.Sprintf("no v1 %s hierarchy at %s", c, dir)
+			} else if err := writable(dir); err != nil {
+				rep.Missing[c] = err.Error()
+			} else {
+				rep.Enforced = append(rep.Enforced, c)
+			}
+		}
+	default:
+		for _, c := range want {
+			rep.Missing[c] = fmt.Sprintf("no cgroup v2 and no v1 %s hierarchy under %s", c, o.Mount)
+		}
+	}
+	if len(rep.Enforced) > 0 {
+		rep.Version = version
+	}
+	return rep
+}

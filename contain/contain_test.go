@@ -338,8 +338,10 @@ func TestSweepEmptiesWhatAKilledDaemonLeft(t *testing.T) {
 	startIn(t, g, nil, "setsid sleep 300 & sleep 300")
 	waitFor(t, 10*time.Second, "three processes", func() bool { p, _ := g.Procs(); return len(p) == 3 })
 	// A second daemon of the same name, as after a SIGKILL.
-	second := openV1Node(t, Limits{Pids: 32})
-	second.b.(*v1).name = name
+	second, err := Open(Options{Version: 1, Name: name, Limits: Limits{Pids: 32}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	found, err := second.Sweep(ctx)
@@ -348,6 +350,12 @@ func TestSweepEmptiesWhatAKilledDaemonLeft(t *testing.T) {
 	}
 	if p, _ := g.Procs(); len(p) != 0 {
 		t.Errorf("processes outlived the sweep: %v", p)
+	}
+	if err := second.Close(ctx); err != nil {
+		t.Error(err)
+	}
+	if _, err := os.Stat(second.b.(*v1).dir("pids", "")); !os.IsNotExist(err) {
+		t.Errorf("the daemon's folder outlived Close: %v", err)
 	}
 
 }

@@ -73,7 +73,12 @@ func OpenDisk(size int64) (*Disk, error) {
 }
 
 // Size is the limit each home gets; 0 for none.
-func (d *Disk) Size() int64 { return d.size }
+func (d *Disk) Size() int64 {
+	if d == nil {
+		return 0
+	}
+	return d.size
+}
 
 // imagePath is the image of home (Homes/<user>/.codex).
 func imagePath(home string) string {

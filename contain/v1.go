@@ -254,11 +254,13 @@ func (g *v1Group) kill() error {
 }
 
 func (g *v1Group) remove() error {
-	err := g.cg.Delete()
-	if err != nil && errors.Is(err, cgroup1.ErrCgroupDeleted) {
-		return nil
+	var errs []error
+	for n := range g.b.own {
+		if err := rmdirTree(g.b.dir(n, g.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
-	return err
+	return errors.Join(errs...)
 }
 
 func (g *v1Group) usage() Usage {

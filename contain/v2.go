@@ -180,7 +180,7 @@ func (g *v2Group) procs() ([]int, error) {
 // once; the library falls back to signalling every process.
 func (g *v2Group) kill() error { return g.m.Kill() }
 
-func (g *v2Group) remove() error { return g.m.Delete() }
+func (g *v2Group) remove() error { return rmdirTree(g.dir) }
 
 func (g *v2Group) usage() Usage {
 	u := Usage{

@@ -161,6 +161,11 @@ const (
 	// ErrorOverloaded: the upstream is overloaded or rate limited; retry
 	// later.
 	ErrorOverloaded ErrorClass = "overloaded"
+	// ErrorResourceLimit: the user's agent met a limit of this node during
+	// the round (ErrorInfo.Resource says which): a process of the round
+	// was killed for memory, a fork was refused, or the home is full. On
+	// a completed round it says what the turn worked around.
+	ErrorResourceLimit ErrorClass = "resource_limit"
 	// ErrorOther: anything else.
 	ErrorOther ErrorClass = "other"
 )
@@ -178,6 +183,9 @@ type ErrorInfo struct {
 	// Code is codex's own name of the error ("usageLimitExceeded",
 	// "httpConnectionFailed", …).
 	Code string `msgpack:"code,omitempty"`
+	// Resource is the limit met, with ErrorResourceLimit: "memory",
+	// "pids" or "disk".
+	Resource string `msgpack:"resource,omitempty"`
 }
 
 // validateSurface checks the StartRound fields of the wider surface.

@@ -53,6 +53,7 @@ type serveOptions struct {
 	tls            tlsOptions
 	op             operatorOptions
 	isolation      isolationOptions
+	limits         limitOptions
 	cluster        clusterOptions
 	callers        callerOptions
 
@@ -95,6 +96,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	o.callers.register(fs)
 	o.op.register(fs)
 	o.isolation.register(fs)
+	o.limits.register(fs)
 	o.cluster.register(fs)
 	fs.StringVar(&o.authz, "authz", "", "authorization `FILE` (JSON) mapping peer certificate identities to the users and message kinds they may send (docs/SECURITY.md); required with mutual TLS")
 	fs.BoolVar(&o.authzAllowAny, "authz-allow-any", false, "with mutual TLS and no --authz: let every certificate of the CA act for every user (warned at every start)")
@@ -151,6 +153,9 @@ func (o *serveOptions) validate() error {
 	if err := o.isolation.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := o.limits.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := o.cluster.validate(o.tls.enabled()); err != nil {
 		errs = append(errs, err)
 	}
@@ -181,6 +186,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if o.op.check {
+		rep, err := o.limits.check(o.homes, o.cluster.memberOf())
+		if err != nil {
+			fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
+			return errUsage
+		}
+		fmt.Fprintf(stdout, "supervisor serve: user limits enforced here: %s\n", describeEnforced(rep))
 		fmt.Fprintln(stdout, "supervisor serve: the settings are valid")
 		return nil
 	}
@@ -233,6 +244,22 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Limits before any app-server: a killed instance's user cgroups are
+	// emptied, and every start from now on enters its user's.
+	cgroups, disk, err := o.limits.open(o.homes, o.cluster.memberOf(), log)
+	if err != nil {
+		return err
+	}
+	defer func() { // after the daemon stopped its app-servers
+		ctx, cancel := context.WithTimeout(context.Background(), o.stopTimeout)
+		defer cancel()
+		if err := cgroups.Close(ctx); err != nil {
+			log.Warn("removing the users' cgroups", "err", err)
+		}
+		if err := disk.Close(); err != nil {
+			log.Warn("unmounting the users' home images", "err", err)
+		}
+	}()
 	reg := newRegistry()
 	reg.MustRegister(bi.gauge())
 	metrics := actors.NewMetrics(reg)
@@ -256,7 +283,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit,
 		IdleTimeout: o.idleTimeout, MaxLive: o.maxLive, StallTimeout: o.stallTimeout,
 		LoginGrant: o.loginGrant, MaxUsers: o.maxUsers, UserIdle: o.userIdle,
-		Isolation: iso, Logger: log, Metrics: metrics, Placement: placement, Member: o.cluster.memberOf(),
+		Isolation: iso, Contain: cgroups, Disk: disk, Logger: log, Metrics: metrics, Placement: placement, Member: o.cluster.memberOf(),
 		CallerGrace: o.callers.callerGrace, RoundRetention: o.callers.roundRetention,
 	}, edgeOptions{
 		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
@@ -303,6 +330,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				select {
 				case <-hup:
 					reload(args, o, level, certs, log)
+					if o2, err := loadServeOptions(args, os.LookupEnv, io.Discard); err == nil {
+						o2.limits.reload(cgroups, log)
+					}
 				case <-quit:
 					return nil
 				}
