@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproc"
-	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/procs"
 	"github.com/meshweaver/supervisor/store"
 )

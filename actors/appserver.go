@@ -150,7 +150,7 @@ func newAppServerActor(cfg *Config, user, home string, creds *store.Credentials,
 	return func() actor.Receiver {
 		return &appServerActor{
 			cfg: cfg, user: user, home: home, creds: creds, redact: &codexproc.Redactor{}, registry: registry, cap: cap,
-			limits: limitWatch{disk: cfg.Disk, home: home},
+			limits:   limitWatch{disk: cfg.Disk, home: home},
 			warming:  make(map[string][]warmUp),
 			restarts: newRestartPolicy(cfg),
 			log:      cfg.Logger.With("user", userTag(user), "actor", "appserver"),

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproto"
-	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/contain"
+	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/mcpfront"
 	"github.com/meshweaver/supervisor/store"

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproto"
-	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
