@@ -98,6 +98,8 @@ type impl interface {
 	remove() error
 	usage() Usage
 	hits() Hits
+	// hierarchical reports counts that include the children's (v2).
+	hierarchical() bool
 	// placement is how a start enters the cgroup: cgroup.procs files its
 	// first process writes its pid into (v1), or a directory opened for
 	// clone3 (v2).
@@ -106,9 +108,11 @@ type impl interface {
 
 // Usage is what a user's cgroup holds now.
 type Usage struct {
-	Memory int64 // bytes, swap included where counted
-	Pids   int64
-	CPU    time.Duration // CPU time used since the cgroup was made
+	Memory     int64 // bytes, swap included where counted
+	MemoryPeak int64 // the most it held (0 where the kernel does not say)
+	Pids       int64
+	PidsPeak   int64
+	CPU        time.Duration // CPU time used since the cgroup was made
 }
 
 // Hits counts the times a limit was met since the cgroup was made.
@@ -311,9 +315,11 @@ func (n *Node) Close(ctx context.Context) error {
 
 // Group is one user's cgroup.
 type Group struct {
-	n    *Node
-	name string
-	im   impl
+	n      *Node
+	name   string
+	im     impl
+	parent *Group // of a Child
+	gone   Hits   // removed children's counts, where the kernel does not keep them (v1); under n.mu
 }
 
 // Name is the cgroup's name.
@@ -325,8 +331,16 @@ func (g *Group) Procs() ([]int, error) { return g.im.procs() }
 // Usage is what the group holds now.
 func (g *Group) Usage() Usage { return g.im.usage() }
 
-// Hits counts the limits met so far.
-func (g *Group) Hits() Hits { return g.im.hits() }
+// Hits counts the limits met so far in the group, children included
+// (those removed too).
+func (g *Group) Hits() Hits {
+	h := g.im.hits()
+	g.n.mu.Lock()
+	defer g.n.mu.Unlock()
+	h.OOMKills += g.gone.OOMKills
+	h.Pids += g.gone.Pids
+	return h
+}
 
 // Kill ends every process in the group, descendants that left their
 // session or process group included, and waits until it is empty or ctx
@@ -362,11 +376,20 @@ func (g *Group) Remove(ctx context.Context) error {
 		delete(g.n.groups, g.name)
 	}
 	g.n.mu.Unlock()
+	// What the child met, which v1 keeps in the child only, goes to the
+	// parent once the child is gone (not before: it would count twice).
+	h := g.im.hits()
 	// A killed process can stay counted for a moment after it left the
 	// list; the removal is retried until ctx ends.
 	for {
 		err := g.im.remove()
 		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			if p := g.parent; p != nil && !g.im.hierarchical() {
+				g.n.mu.Lock()
+				p.gone.OOMKills += h.OOMKills + g.gone.OOMKills
+				p.gone.Pids += h.Pids + g.gone.Pids
+				g.n.mu.Unlock()
+			}
 			return nil
 		}
 		select {
@@ -389,7 +412,7 @@ func (g *Group) Child(name string) (*Group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making cgroup %s: %w", full, err)
 	}
-	return &Group{n: g.n, name: full, im: im}, nil
+	return &Group{n: g.n, name: full, im: im, parent: g}, nil
 }
 
 // Release removes g if nothing is in it (its user stopped); a group that

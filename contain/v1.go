@@ -265,22 +265,38 @@ func (g *v1Group) remove() error {
 
 func (g *v1Group) usage() Usage {
 	mem := g.b.dir(cgroup1.Memory, g.name)
-	u := Usage{Pids: readInt(filepath.Join(g.b.dir(cgroup1.Pids, g.name), "pids.current"))}
+	pids := g.b.dir(cgroup1.Pids, g.name)
+	u := Usage{Pids: readInt(filepath.Join(pids, "pids.current")), PidsPeak: readInt(filepath.Join(pids, "pids.peak"))}
 	if g.b.memsw {
 		u.Memory = readInt(filepath.Join(mem, "memory.memsw.usage_in_bytes"))
+		u.MemoryPeak = readInt(filepath.Join(mem, "memory.memsw.max_usage_in_bytes"))
 	} else {
 		u.Memory = readInt(filepath.Join(mem, "memory.usage_in_bytes"))
+		u.MemoryPeak = readInt(filepath.Join(mem, "memory.max_usage_in_bytes"))
 	}
 	u.CPU = time.Duration(readInt(filepath.Join(g.b.dir(cgroup1.Cpuacct, g.name), "cpuacct.usage")))
 	return u
 }
 
+// hits sums the group's counts and its children's: v1 counts an OOM kill
+// and a refused fork in the cgroup of the process that met them, not in
+// the ancestor whose limit they met.
 func (g *v1Group) hits() Hits {
-	return Hits{
-		OOMKills: readKV(filepath.Join(g.b.dir(cgroup1.Memory, g.name), "memory.oom_control"), "oom_kill"),
-		Pids:     readKV(filepath.Join(g.b.dir(cgroup1.Pids, g.name), "pids.events"), "max"),
+	var h Hits
+	sum := func(dir, file, key string, into *int64) {
+		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				*into += readKV(filepath.Join(p, file), key)
+			}
+			return nil
+		})
 	}
+	sum(g.b.dir(cgroup1.Memory, g.name), "memory.oom_control", "oom_kill", &h.OOMKills)
+	sum(g.b.dir(cgroup1.Pids, g.name), "pids.events", "max", &h.Pids)
+	return h
 }
+
+func (g *v1Group) hierarchical() bool { return false }
 
 func (g *v1Group) placement() ([]string, string) {
 	var files []string

@@ -184,8 +184,10 @@ func (g *v2Group) remove() error { return rmdirTree(g.dir) }
 
 func (g *v2Group) usage() Usage {
 	u := Usage{
-		Memory: readInt(filepath.Join(g.dir, "memory.current")) + readInt(filepath.Join(g.dir, "memory.swap.current")),
-		Pids:   readInt(filepath.Join(g.dir, "pids.current")),
+		Memory:     readInt(filepath.Join(g.dir, "memory.current")) + readInt(filepath.Join(g.dir, "memory.swap.current")),
+		MemoryPeak: readInt(filepath.Join(g.dir, "memory.peak")) + readInt(filepath.Join(g.dir, "memory.swap.peak")),
+		Pids:       readInt(filepath.Join(g.dir, "pids.current")),
+		PidsPeak:   readInt(filepath.Join(g.dir, "pids.peak")),
 	}
 	u.CPU = time.Duration(readKV(filepath.Join(g.dir, "cpu.stat"), "usage_usec")) * time.Microsecond
 	return u
@@ -197,5 +199,8 @@ func (g *v2Group) hits() Hits {
 		Pids:     readKV(filepath.Join(g.dir, "pids.events"), "max"),
 	}
 }
+
+// hierarchical: memory.events and pids.events count a subtree's events.
+func (g *v2Group) hierarchical() bool { return true }
 
 func (g *v2Group) placement() ([]string, string) { return nil, g.dir }

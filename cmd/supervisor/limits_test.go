@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/contain"
+	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/testkit/codexhome"
+	"github.com/meshweaver/supervisor/testkit/mockmodel"
+)
+
+// attack is one hostile command of alice's agent: the round whose text
+// holds "ATTACK-<id>" has the model run cmd once, then answer "done".
+type attack struct{ id, cmd string }
+
+// attackResponder answers each request by the attack its round names, so
+// that alice's and bob's concurrent rounds each get their own script.
+func attackResponder(attacks []attack) mockmodel.Responder {
+	return func(req *mockmodel.Request) mockmodel.Script {
+		body := string(req.Body)
+		for _, a := range attacks {
+			if !strings.Contains(body, "ATTACK-"+a.id+" ") {
+				continue
+			}
+			if strings.Contains(body, `"function_call_output"`) {
+				return mockmodel.Text("done with " + a.id)
+			}
+			return mockmodel.Respond(mockmodel.ExecCommand(a.id, a.cmd))
+		}
+		return mockmodel.Text("hello")
+	}
+}
+
+// limitsNode is a contain.Node of the test's own (its cgroup folder named
+// for the test), removed with everything in it at the end.
+func limitsNode(t *testing.T, l contain.Limits) *contain.Node {
+	t.Helper()
+	n, err := contain.Open(contain.Options{Name: fmt.Sprintf("meshweaver-test-%d-%s", os.Getpid(), t.Name()), Limits: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := n.Report(); len(rep.Missing) > 0 {
+		t.Skipf("this host cannot enforce %v", rep.Missing)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := n.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return n
+}
+
+// p50 is the median of ds.
+func p50(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// TestUserLimitsContainAHostileAgent is the containment issue's "done
+// when", against the real CLI under uid+bwrap with danger-full-access and
+// the limits 512 MiB, 256 processes, 1 core, 256 MiB of disk: alice's
+// agent spins two CPUs, holds 3 GiB, forks 1,500 processes and writes
+// 1 GiB into her home, one round each. Bob is the bystander: his p50
+// verdict while alice spins stays within 1.5x + 50 ms of his quiet one.
+// Alice never holds more than the limits + 25% (+16 processes), every
+// attacked round gets one verdict naming the limit, and both users' next
+// rounds complete.
+func TestUserLimitsContainAHostileAgent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("cgroups, the uid switch and the home image need root; CI runs as root")
+	}
+	const (
+		memLimit  = 512 << 20
+		pidsLimit = 256
+		diskLimit = 256 << 20
+	)
+	attacks := []attack{
+		{"cpu", "timeout 8 sh -c 'while :; do :; done' & timeout 8 sh -c 'while :; do :; done' & wait"},
+		{"mem", "head -c 3G /dev/zero | tail > /dev/null"},
+		// dash, which ends at the first refused fork (bash retries for
+		// half a minute each); the sleeps keep their pids a few seconds.
+		{"pids", "dash -c 'for i in $(seq 1500); do sleep 4 & done; wait'"},
+		{"disk", "dd if=/dev/zero of=$HOME/fill bs=1M count=1024; sync"},
+		{"clean", "truncate -s 0 $HOME/fill"}, // the CLI refuses rm -f
+	}
+	model, err := mockmodel.Start(mockmodel.Options{Responder: attackResponder(attacks)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(model.Close)
+	limits := limitsNode(t, contain.Limits{Memory: memLimit, Pids: pidsLimit, CPU: 1})
+	disk, err := contain.OpenDisk(diskLimit)
+	if err != nil {
+		t.Skip(err)
+	}
+	metrics := actors.NewMetrics(nil)
+	e := newEnv(t, func(c *actors.Config) {
+		catalog := c.Overrides[len(c.Overrides)-1] // model_catalog_json
+		c.Overrides = append(codexhome.Overrides(model.URL()), catalog)
+		c.Sandbox = "danger-full-access"
+		c.Contain, c.Disk, c.Metrics = limits, disk, metrics
+		isolated(t, "uid+bwrap", false, false)(c)
+	})
+	t.Cleanup(func() { _ = disk.Close() }) // after the daemon stopped (cleanups run last first)
+
+	bob := func(n int) []time.Duration {
+		var took []time.Duration
+		for range n {
+			start := time.Now()
+			e.round(messages.StartRound{User: "bob", Thread: "b/1", Text: "hi"}).mustComplete(t)
+			took = append(took, time.Since(start))
+		}
+		return took
+	}
+	alice := func(thread, text string) roundResult {
+		return e.round(messages.StartRound{User: "alice", Thread: thread, Text: text})
+	}
+	alice("a/0", "hi").mustComplete(t)
+	bob(2) // warm
+	quiet := p50(bob(7))
+
+	group, err := limits.Group(filepath.Dir(e.home("alice")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// CPU: two spinners; bob's rounds beside them.
+	cpuID := e.startRound(messages.StartRound{User: "alice", Thread: "a/cpu", Text: "ATTACK-cpu now"})
+	e.waitEvent(cpuID, "the spinners' command", func(ev messages.RoundEvent) bool {
+		return ev.Kind == messages.KindToolCall && ev.Tool != nil && ev.Tool.CallID == "cpu"
+	})
+	busy := p50(bob(7))
+	if r := e.await(cpuID); r.verdict.Status != messages.StatusCompleted {
+		t.Errorf("alice's spinning round: %v", r)
+	}
+	t.Logf("bob's p50 verdict: quiet %v, beside alice's spinners %v", quiet, busy)
+	if limit := quiet*3/2 + 50*time.Millisecond; busy > limit {
+		t.Errorf("bob's p50 verdict beside alice's spinners is %v, over 1.5x + 50ms of quiet (%v)", busy, limit)
+	}
+
+	// Memory, processes, disk: each round ends once, naming the limit.
+	for _, c := range []struct{ id, resource string }{{"mem", "memory"}, {"pids", "pids"}, {"disk", "disk"}} {
+		r := alice("a/"+c.id, "ATTACK-"+c.id+" now")
+		info := r.verdict.ErrorInfo
+		if info == nil || info.Class != messages.ErrorResourceLimit || info.Resource != c.resource {
+			t.Errorf("alice's %s round: verdict %+v, want class resource_limit naming %s", c.id, r.verdict, c.resource)
+		}
+		if got := testutil.ToFloat64(metrics.LimitHits.WithLabelValues(c.resource)); got < 1 {
+			t.Errorf("supervisor_user_limit_hits_total{resource=%q} = %v", c.resource, got)
+		}
+		t.Logf("%s: %s: %s", c.id, r.verdict.Status, r.verdict.Error)
+	}
+	u := group.Usage()
+	if u.MemoryPeak > memLimit*5/4 {
+		t.Errorf("alice's cgroup held %d MiB at most, over 512 MiB + 25%%", u.MemoryPeak>>20)
+	}
+	if u.PidsPeak > pidsLimit+16 {
+		t.Errorf("alice's cgroup ran %d processes at most, over 256 + 16", u.PidsPeak)
+	}
+	img := filepath.Join(filepath.Dir(e.home("alice")), "meshweaver", contain.ImageName)
+	fi, err := os.Stat(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := fi.Sys().(*syscall.Stat_t).Blocks * 512; used > diskLimit*5/4 {
+		t.Errorf("alice's home image takes %d MiB of the host, over 256 MiB + 25%%", used>>20)
+	}
+	t.Logf("alice's peaks: memory %d MiB, processes %d; her image takes %d MiB of the host",
+		u.MemoryPeak>>20, u.PidsPeak, fi.Sys().(*syscall.Stat_t).Blocks*512>>20)
+
+	// The next rounds: alice cleans her home and chats; bob is served.
+	if r := alice("a/clean", "ATTACK-clean now"); r.verdict.Status != messages.StatusCompleted {
+		t.Errorf("alice's round after the attacks: %v", r)
+	}
+	if disk.Full(e.home("alice")) {
+		t.Error("alice's home is still full after her cleaning round")
+	}
+	if r := alice("a/next", "hi").mustComplete(t); r.verdict.ErrorInfo != nil {
+		t.Errorf("alice's next round still names a limit: %+v", r.verdict.ErrorInfo)
+	}
+	bob(1)
+	if daemonRSS := readRSS(t); daemonRSS > 1<<30 {
+		t.Errorf("the daemon holds %d MiB", daemonRSS>>20)
+	}
+}
+
+// readRSS is this process's resident memory (the in-process daemon's).
+func readRSS(t *testing.T) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(data))
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
