@@ -15,6 +15,7 @@ import (
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/mcpfront"
+	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
@@ -183,6 +184,8 @@ func (a *appServerActor) Receive(c *actor.Context) {
 	case warmUp:
 		a.redact.Add(m.secrets...)
 		a.command(m)
+	case messages.UsageRequest:
+		deliver(a.engine, c.Sender(), a.limits.usage(a.user, a.cfg.Contain), a.log)
 	case threadLookup:
 		a.looked(m)
 	case startNow:

@@ -88,3 +88,22 @@ func limitError(resource string) (*messages.ErrorInfo, string) {
 		return info, "the user's home is full: a write was refused"
 	}
 }
+
+// usage answers an operator's UsageRequest from the user's cgroup and
+// home image.
+func (w *limitWatch) usage(user string, n *contain.Node) messages.UsageResponse {
+	r := messages.UsageResponse{User: user}
+	if w.group != nil {
+		l := n.Limits()
+		u, h := w.group.Usage(), w.group.Hits()
+		r.Live = true
+		r.MemoryBytes, r.MemoryPeak, r.MemoryMaxBytes = u.Memory, u.MemoryPeak, l.Memory
+		r.Pids, r.PidsMax = u.Pids, l.Pids
+		r.CPUSeconds, r.CPUMax = u.CPU.Seconds(), l.CPU
+		r.OOMKills, r.PidsRefusals = h.OOMKills, h.Pids
+	}
+	if d, ok := w.disk.Usage(w.home); ok {
+		r.DiskBytes, r.DiskMaxBytes = d.Used, d.Size
+	}
+	return r
+}

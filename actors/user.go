@@ -144,6 +144,9 @@ func (u *userActor) Receive(c *actor.Context) {
 	case messages.ListThreads:
 		u.active()
 		c.Engine().SendWithSender(u.registry, m, c.Sender())
+	case messages.UsageRequest:
+		u.active()
+		c.Engine().SendWithSender(u.codex, m, c.Sender())
 	case messages.ReadThread, messages.ArchiveThread, messages.ForkThread, messages.CompactThread:
 		u.active()
 		u.threadOp(c, m)

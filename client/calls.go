@@ -124,6 +124,16 @@ func (c *Client) ListModels(ctx context.Context, req messages.ModelsRequest) (me
 	return m.(messages.ModelsResponse), nil
 }
 
+// Usage asks what user's app-server and all it runs use of the node, against
+// the user's limits.
+func (c *Client) Usage(ctx context.Context, user string) (messages.UsageResponse, error) {
+	m, err := c.request(ctx, messages.UsageRequest{User: user}, is[messages.UsageResponse])
+	if err != nil {
+		return messages.UsageResponse{}, err
+	}
+	return m.(messages.UsageResponse), nil
+}
+
 // RateLimits asks for the rate limits of user's codex account.
 func (c *Client) RateLimits(ctx context.Context, user string) (messages.RateLimitsResponse, error) {
 	m, err := c.request(ctx, messages.RateLimitsRequest{User: user}, is[messages.RateLimitsResponse])

@@ -19,7 +19,7 @@ type Kind string
 // The kinds of the authorization file.
 const (
 	KindRounds  Kind = "rounds"  // StartRound, AttachRound, WarmUp, ArchiveThread, ForkThread, CompactThread
-	KindControl Kind = "control" // InterruptRound, SteerRound, AnswerRequest
+	KindControl Kind = "control" // InterruptRound, SteerRound, AnswerRequest, UsageRequest
 	KindLogin   Kind = "login"   // StartLogin, CancelLogin, SetAPIKey, Logout
 	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest, ListThreads, ReadThread
 	// KindCluster: the identity is a member of this daemon's cluster; the
@@ -59,6 +59,8 @@ func KindOf(msg any) (k Kind, user string, ok bool) {
 		return KindAccount, m.User, true
 	case messages.RateLimitsRequest:
 		return KindAccount, m.User, true
+	case messages.UsageRequest:
+		return KindControl, m.User, true
 	case messages.ListThreads:
 		return KindAccount, m.User, true
 	case messages.ReadThread:
@@ -261,7 +263,7 @@ func IsReply(msg any) bool {
 	switch msg.(type) {
 	case messages.RoundEvent, messages.RoundFinished, messages.Rejected, messages.RoundControlled,
 		messages.LoginChallenge, messages.LoginFinished, messages.APIKeyStored, messages.LoggedOut,
-		messages.AccountResponse, messages.ModelsResponse, messages.RateLimitsResponse:
+		messages.AccountResponse, messages.ModelsResponse, messages.RateLimitsResponse, messages.UsageResponse:
 		return true
 	}
 	return false

@@ -141,6 +141,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/account", call[messages.AccountRequest](g))
 	mux.HandleFunc("POST /v1/models", call[messages.ModelsRequest](g))
 	mux.HandleFunc("POST /v1/rate_limits", call[messages.RateLimitsRequest](g))
+	mux.HandleFunc("POST /v1/usage", call[messages.UsageRequest](g))
 	mux.HandleFunc("POST /v1/warm_up", call[messages.WarmUp](g))
 	mux.HandleFunc("POST /v1/login/cancel", g.cancelLogin)
 	return mux

@@ -191,3 +191,35 @@ type Rejected struct {
 	// Reason says why, for a human.
 	Reason string `msgpack:"reason,omitempty"`
 }
+
+// UsageRequest asks what User's app-server and everything it runs use of
+// this node now, against the user's limits (package contain). It is an
+// operator's question, authorized as control. The reply is a
+// [UsageResponse]; use Engine.Request.
+type UsageRequest struct {
+	User string `msgpack:"user,omitempty"`
+}
+
+// UsageResponse answers a [UsageRequest]. Live says the user has a cgroup
+// on this node now (an app-server ran since the user actor started); the
+// figures are then the cgroup's, and each Max the limit (0: none). Disk is
+// set where the user's home is on an image. Error says why nothing could
+// be read.
+type UsageResponse struct {
+	User           string  `msgpack:"user,omitempty"`
+	Live           bool    `msgpack:"live,omitempty"`
+	MemoryBytes    int64   `msgpack:"memory_bytes,omitempty"`
+	MemoryPeak     int64   `msgpack:"memory_peak_bytes,omitempty"`
+	MemoryMaxBytes int64   `msgpack:"memory_max_bytes,omitempty"`
+	Pids           int64   `msgpack:"pids,omitempty"`
+	PidsMax        int64   `msgpack:"pids_max,omitempty"`
+	CPUSeconds     float64 `msgpack:"cpu_seconds,omitempty"`
+	CPUMax         float64 `msgpack:"cpu_max,omitempty"`
+	DiskBytes      int64   `msgpack:"disk_bytes,omitempty"`
+	DiskMaxBytes   int64   `msgpack:"disk_max_bytes,omitempty"`
+	// Limits counts the limits met since the user's cgroup was made:
+	// OOM kills and refused forks.
+	OOMKills     int64  `msgpack:"oom_kills,omitempty"`
+	PidsRefusals int64  `msgpack:"pids_refusals,omitempty"`
+	Error        string `msgpack:"error,omitempty"`
+}

@@ -89,6 +89,8 @@ func buildCatalog() *registry {
 	register[ModelsResponse](r, "models_response.v1")
 	register[RateLimitsRequest](r, "rate_limits_request.v1")
 	register[RateLimitsResponse](r, "rate_limits_response.v1")
+	register[UsageRequest](r, "usage_request.v1")
+	register[UsageResponse](r, "usage_response.v1")
 	// Threads (messages/threads.go).
 	registerThreads(r)
 	// Errors.

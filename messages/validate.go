@@ -199,6 +199,9 @@ func (m RateLimitsRequest) Validate() error {
 	return validateUser("rate_limits_request.v1", m.User)
 }
 
+// Validate checks that User is present and within its bound.
+func (m UsageRequest) Validate() error { return validateUser("usage_request.v1", m.User) }
+
 func validateUser(name, user string) error {
 	c := checker{name: name}
 	c.user(user)

@@ -163,6 +163,12 @@ func TestUserLimitsContainAHostileAgent(t *testing.T) {
 			t.Errorf("supervisor_user_limit_hits_total{resource=%q} = %v", c.resource, got)
 		}
 		t.Logf("%s: %s: %s", c.id, r.verdict.Status, r.verdict.Error)
+		// The fork loop's sleeps hold their pids a few seconds: the next
+		// round starts once they are gone, or it meets the same limit.
+		deadline := time.Now().Add(waitTimeout)
+		for group.Usage().Pids > pidsLimit/2 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	u := group.Usage()
 	if u.MemoryPeak > memLimit*5/4 {
@@ -181,6 +187,14 @@ func TestUserLimitsContainAHostileAgent(t *testing.T) {
 	}
 	t.Logf("alice's peaks: memory %d MiB, processes %d; her image takes %d MiB of the host",
 		u.MemoryPeak>>20, u.PidsPeak, fi.Sys().(*syscall.Stat_t).Blocks*512>>20)
+
+	// What an operator sees of alice, against her limits.
+	e.send(messages.UsageRequest{User: "alice"})
+	got := e.awaitOther("alice's usage", func(m any) bool { _, ok := m.(messages.UsageResponse); return ok }).(messages.UsageResponse)
+	if !got.Live || got.MemoryMaxBytes != memLimit || got.PidsMax != pidsLimit || got.CPUMax != 1 || got.DiskMaxBytes < diskLimit*4/5 ||
+		got.OOMKills < 1 || got.PidsRefusals < 1 || got.MemoryPeak < memLimit/2 || got.CPUSeconds < 1 {
+		t.Errorf("alice's usage: %+v", got)
+	}
 
 	// The next rounds: alice cleans her home and chats; bob is served.
 	if r := alice("a/clean", "ATTACK-clean now"); r.verdict.Status != messages.StatusCompleted {

@@ -10,7 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docker/go-units"
+
 	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/messages"
 )
 
@@ -171,6 +174,15 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 		default:
 			fmt.Fprintf(stdout, "%s account\n", m.Type)
 		}
+	case "usage":
+		m, err := c.Usage(callCtx, af.user)
+		if err != nil {
+			return failed(err)
+		}
+		if m.Error != "" {
+			return fmt.Errorf("usage: %s", m.Error)
+		}
+		printUsage(stdout, m)
 	case "models":
 		m, err := c.ListModels(callCtx, messages.ModelsRequest{User: af.user, IncludeHidden: all})
 		if err != nil {
@@ -182,6 +194,29 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 		printModels(stdout, m.Models)
 	}
 	return nil
+}
+
+// printUsage writes a user's usage against the limits, one line each.
+func printUsage(w io.Writer, m messages.UsageResponse) {
+	if !m.Live {
+		fmt.Fprintln(w, "no app-server has run for this user since its actor started (nothing to measure)")
+		return
+	}
+	fmt.Fprintf(w, "memory\t%s of %s (peak %s, %d OOM kills)\n", human(m.MemoryBytes), contain.FormatSize(m.MemoryMaxBytes), human(m.MemoryPeak), m.OOMKills)
+	fmt.Fprintf(w, "processes\t%d of %s (%d forks refused)\n", m.Pids, countOrMax(m.PidsMax), m.PidsRefusals)
+	fmt.Fprintf(w, "cpu\t%.1fs used, at most %s cores\n", m.CPUSeconds, contain.FormatCPU(m.CPUMax))
+	if m.DiskMaxBytes > 0 {
+		fmt.Fprintf(w, "disk\t%s of %s\n", human(m.DiskBytes), contain.FormatSize(m.DiskMaxBytes))
+	}
+}
+
+func human(n int64) string { return units.BytesSize(float64(n)) }
+
+func countOrMax(n int64) string {
+	if n <= 0 {
+		return "max"
+	}
+	return fmt.Sprint(n)
 }
 
 // printModels writes one line per model: its id, marks, efforts.

@@ -97,7 +97,7 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		err = controlCmd(ctx, "steer", args[1:], stdout, stderr)
 	case "login":
 		err = loginCmd(ctx, args[1:], stdin, stdout, stderr)
-	case "logout", "models", "account":
+	case "logout", "models", "account", "usage":
 		err = simpleCmd(ctx, args[0], args[1:], stdout, stderr)
 	case "bench":
 		err = benchCmd(ctx, args[1:], stdout, stderr)
