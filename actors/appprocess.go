@@ -453,13 +453,11 @@ func (a *appServerActor) shutdown() {
 	}
 	// A start still in flight sees down and stops what it made.
 	a.wg.Wait()
-	// The user stops here: their cgroup goes when nothing is left in it,
-	// their home comes off its image.
+	// The user stops here: their cgroup goes when nothing is left in it.
+	// Their home stays on its image (a mount costs a cold round tens of
+	// milliseconds) until the daemon stops.
 	if g := a.limits.group; g != nil {
 		g.Release()
-	}
-	if err := a.cfg.Disk.Unmount(a.home); err != nil {
-		a.log.Warn("unmounting the user's home image", "err", err)
 	}
 	a.engine.Send(a.cap, liveGone{pid: a.self})
 	for _, k := range a.calls {

@@ -83,7 +83,7 @@ type Options struct {
 	// the row "first round after a warm-up" against a direct cold round.
 	WarmUp func(ctx context.Context, c *client.Client, user, thread string) error
 	// Only, when set, runs these phases alone: "rounds", "events", "mcp",
-	// "memory".
+	// "memory", "limits".
 	Only []string
 }
 
@@ -143,10 +143,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		{"events", "events through the remote", r.events},
 		{"mcp", "MCP calls through the front", r.mcpFront},
 		{"memory", "idle users' memory", r.idleMemory},
+		{"limits", "per-user limits' cost to a cold round", r.limits},
 	}
 	for _, k := range opts.Only {
 		if !slices.ContainsFunc(phases, func(p phase) bool { return p.key == k }) {
-			return nil, fmt.Errorf("bench: no phase %q (rounds, events, mcp, memory)", k)
+			return nil, fmt.Errorf("bench: no phase %q (rounds, events, mcp, memory, limits)", k)
 		}
 	}
 	for _, p := range phases {

@@ -84,6 +84,9 @@ type Node struct {
 type backend interface {
 	// group makes (or finds) the named user cgroup and sets l on it.
 	group(name string, l Limits) (impl, error)
+	// child makes the cgroup of one process inside the user's, with no
+	// limits of its own, in as few hierarchies as its kill needs.
+	child(user, name string) (impl, error)
 	// children names the user cgroups under the daemon's folder.
 	children() ([]string, error)
 	// removeParent removes the daemon's folder once it is empty.
@@ -408,7 +411,7 @@ func (g *Group) Child(name string) (*Group, error) {
 		return nil, fmt.Errorf("contain: bad child name %q", name)
 	}
 	full := g.name + "/" + name
-	im, err := g.n.b.group(full, Limits{})
+	im, err := g.n.b.child(g.name, name)
 	if err != nil {
 		return nil, fmt.Errorf("making cgroup %s: %w", full, err)
 	}

@@ -389,3 +389,54 @@ func TestV2RealPlacementAndKill(t *testing.T) {
 	}
 	_ = cmd.Wait()
 }
+
+func TestV1ChildEndsOnlyItsOwnTree(t *testing.T) {
+	v1Root(t)
+	n := openV1Node(t, Limits{Memory: 128 << 20, Pids: 64})
+	g, err := n.Group("/homes/erin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := g.Child("p-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := g.Child("p-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := startIn(t, first, nil, "setsid sleep 300 & sleep 300")
+	two := startIn(t, second, nil, "sleep 300")
+	waitFor(t, 10*time.Second, "three processes in the first child", func() bool { p, _ := first.Procs(); return len(p) == 3 })
+	// The user's limits bind the child's processes: they are in the
+	// user's memory cgroup, and counted in the user's pids.
+	got := read(t, filepath.Join("/proc", strconv.Itoa(one.Process.Pid), "cgroup"))
+	for _, line := range strings.Split(got, "\n") {
+		_, path, _ := strings.Cut(line, ":")
+		switch {
+		case strings.HasPrefix(path, "memory:") && !strings.HasSuffix(path, "/"+g.Name()):
+			t.Errorf("the child's process is not in its user's memory cgroup: %q", line)
+		case strings.HasPrefix(path, "pids:") && !strings.HasSuffix(path, "/"+first.Name()):
+			t.Errorf("the child's process is not in its own pids cgroup: %q", line)
+		}
+	}
+	if u := g.Usage(); u.Pids < 4 {
+		t.Errorf("the user's cgroup counts %d processes, want the children's 4", u.Pids)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.Remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = one.Wait()
+	if p, _ := first.Procs(); len(p) != 0 {
+		t.Errorf("the first child's tree outlived its removal: %v", p)
+	}
+	// The bystander: the second start's process, and the user's cgroup.
+	if err := syscall.Kill(two.Process.Pid, 0); err != nil {
+		t.Errorf("the second child's process died with the first: %v", err)
+	}
+	if _, err := os.Stat(n.b.(*v1).dir("memory", g.Name())); err != nil {
+		t.Errorf("the user's cgroup went with a child: %v", err)
+	}
+}

@@ -23,7 +23,8 @@ import (
 // the host's. The image lives in the daemon's folder beside the home
 // (Homes/<user>/meshweaver/home.img), with the daemon's records, which
 // the user's writes cannot fill. Images stay mounted while the daemon
-// runs (a cold round pays no mount) and are unmounted by Close.
+// runs, the user's actor stopped or not (a cold round pays no mount), and
+// are unmounted by Close.
 //
 // Why images and not project quotas: they work on every filesystem the
 // homes may be on, need nothing of its mount options, and bound inodes
@@ -96,6 +97,9 @@ func (d *Disk) Mount(ctx context.Context, home string, uid, gid int) error {
 	defer d.mu.Unlock()
 	if d.mounted[home] {
 		return nil
+	}
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return fmt.Errorf("home image: %w", err)
 	}
 	if ok, err := isMountpoint(home); err != nil {
 		return err
@@ -188,8 +192,8 @@ func (d *Disk) makeImage(ctx context.Context, img, home string, uid, gid int) (e
 	return nil
 }
 
-// Unmount takes home off its image (a stopped user's). Processes still
-// using it are the caller's to end first; a busy mount is detached.
+// Unmount takes home off its image. Processes still using it are the
+// caller's to end first; a busy mount is detached.
 func (d *Disk) Unmount(home string) error {
 	if d == nil || d.size == 0 {
 		return nil

@@ -127,7 +127,7 @@ func ParseCount(s string) (int64, error) {
 func Defaults() Limits {
 	l := Limits{Pids: 1024, CPU: math.Max(1, float64(runtime.NumCPU())/2)}
 	if total, err := memTotal(); err == nil {
-		l.Memory = total / 4
+		l.Memory = total / 4 &^ (1<<20 - 1) // whole MiB, as the log says it
 	}
 	return l
 }

@@ -176,6 +176,53 @@ type v1Group struct {
 	b    *v1
 	cg   cgroup1.Cgroup
 	name string
+	// user, for a process's cgroup (a child), is its user's: the child is
+	// made in the pids and freezer hierarchies only (what listing and
+	// killing its tree need; a cgroup takes milliseconds to make in each),
+	// and its process stays in the user's cgroup in the others.
+	user string
+}
+
+// leafHierarchies are the hierarchies a process's own cgroup is made in.
+var leafHierarchies = map[cgroup1.Name]bool{cgroup1.Pids: true, cgroup1.Freezer: true}
+
+// dir is g's folder in hierarchy n: a child's is its user's where the
+// child is not made.
+func (g *v1Group) dir(n cgroup1.Name) string {
+	if g.user != "" && !leafHierarchies[n] && g.b.hasLeafHierarchy() {
+		return g.b.dir(n, g.user)
+	}
+	return g.b.dir(n, g.name)
+}
+
+// hasLeafHierarchy reports whether pids or freezer is mounted: without
+// either, a child is made everywhere.
+func (b *v1) hasLeafHierarchy() bool {
+	for n := range leafHierarchies {
+		if _, ok := b.own[n]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *v1) child(user, name string) (impl, error) {
+	full := user + "/" + name
+	subs := b.subs
+	if b.hasLeafHierarchy() {
+		subs = nil
+		for _, s := range b.subs {
+			if leafHierarchies[s.Name()] {
+				subs = append(subs, s)
+			}
+		}
+	}
+	cg, err := cgroup1.New(b.path(full), &specs.LinuxResources{},
+		cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subs, nil }), allowAny)
+	if err != nil {
+		return nil, err
+	}
+	return &v1Group{b: b, cg: cg, name: full, user: user}, nil
 }
 
 func (g *v1Group) update(l Limits) error {
@@ -191,7 +238,7 @@ func (g *v1Group) update(l Limits) error {
 	}
 	if l.Pids <= 0 {
 		if _, ok := g.b.own[cgroup1.Pids]; ok {
-			return os.WriteFile(filepath.Join(g.b.dir(cgroup1.Pids, g.name), "pids.max"), []byte("max"), 0)
+			return os.WriteFile(filepath.Join(g.dir(cgroup1.Pids), "pids.max"), []byte("max"), 0)
 		}
 	}
 	return nil
@@ -213,8 +260,8 @@ func (g *v1Group) procs() ([]int, error) {
 	var out []int
 	// Every hierarchy: a process that was in one only (a start that
 	// failed half-way) is counted too.
-	for n := range g.b.own {
-		ps, err := g.cg.Processes(n, true)
+	for _, sub := range g.cg.Subsystems() {
+		ps, err := g.cg.Processes(sub.Name(), true)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
@@ -264,8 +311,8 @@ func (g *v1Group) remove() error {
 }
 
 func (g *v1Group) usage() Usage {
-	mem := g.b.dir(cgroup1.Memory, g.name)
-	pids := g.b.dir(cgroup1.Pids, g.name)
+	mem := g.dir(cgroup1.Memory)
+	pids := g.dir(cgroup1.Pids)
 	u := Usage{Pids: readInt(filepath.Join(pids, "pids.current")), PidsPeak: readInt(filepath.Join(pids, "pids.peak"))}
 	if g.b.memsw {
 		u.Memory = readInt(filepath.Join(mem, "memory.memsw.usage_in_bytes"))
@@ -274,7 +321,7 @@ func (g *v1Group) usage() Usage {
 		u.Memory = readInt(filepath.Join(mem, "memory.usage_in_bytes"))
 		u.MemoryPeak = readInt(filepath.Join(mem, "memory.max_usage_in_bytes"))
 	}
-	u.CPU = time.Duration(readInt(filepath.Join(g.b.dir(cgroup1.Cpuacct, g.name), "cpuacct.usage")))
+	u.CPU = time.Duration(readInt(filepath.Join(g.dir(cgroup1.Cpuacct), "cpuacct.usage")))
 	return u
 }
 
@@ -291,6 +338,8 @@ func (g *v1Group) hits() Hits {
 			return nil
 		})
 	}
+	// A child's own folders only: where it is not made, its counts are
+	// its user's.
 	sum(g.b.dir(cgroup1.Memory, g.name), "memory.oom_control", "oom_kill", &h.OOMKills)
 	sum(g.b.dir(cgroup1.Pids, g.name), "pids.events", "max", &h.Pids)
 	return h
@@ -301,7 +350,7 @@ func (g *v1Group) hierarchical() bool { return false }
 func (g *v1Group) placement() ([]string, string) {
 	var files []string
 	for _, s := range g.b.subs {
-		files = append(files, filepath.Join(g.b.dir(s.Name(), g.name), "cgroup.procs"))
+		files = append(files, filepath.Join(g.dir(s.Name()), "cgroup.procs"))
 	}
 	return files, ""
 }

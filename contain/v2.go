@@ -151,6 +151,16 @@ func (b *v2) group(name string, l Limits) (impl, error) {
 	return &v2Group{b: b, m: m, dir: filepath.Join(b.mount, b.top, name)}, nil
 }
 
+// child is a plain leaf: the user's limits bound it; nothing is written.
+func (b *v2) child(user, name string) (impl, error) {
+	full := filepath.Join(b.top, user, name)
+	m, err := cgroup2.NewManager(b.mount, full, &cgroup2.Resources{})
+	if err != nil {
+		return nil, err
+	}
+	return &v2Group{b: b, m: m, dir: filepath.Join(b.mount, full)}, nil
+}
+
 func (b *v2) children() ([]string, error) {
 	return userChildren(filepath.Join(b.mount, b.top))
 }

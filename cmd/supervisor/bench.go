@@ -34,7 +34,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	markdown := fs.Bool("markdown", false, "print the table as Markdown")
 	dir := fs.String("dir", "", "keep homes and workspace in `DIR`, which must be empty (default: a temporary folder, removed afterwards)")
 	codex := fs.String("codex", "", "codex `PATH` (default: $CODEX_BIN, the project-local install, then PATH)")
-	only := fs.String("only", "", "run only these comma-separated phases: rounds, events, mcp, memory")
+	only := fs.String("only", "", "run only these comma-separated phases: rounds, events, mcp, memory, limits")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (the daemon runs in this process) to `FILE`")
 	counts := map[string]*int{}
 	for _, c := range []struct{ name, usage string }{

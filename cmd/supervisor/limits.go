@@ -20,7 +20,7 @@ import (
 type limitOptions struct {
 	memory, pids, cpu, disk string
 	cgroupParent            string
-	cgroupVersion           int
+	cgroupVersion           string
 }
 
 func (o *limitOptions) register(fs *flag.FlagSet) {
@@ -29,7 +29,7 @@ func (o *limitOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cpu, "user-cpu-max", "auto", "`CORES` of CPU each user may use (fractions allowed: 0.5); auto: half the node's cores, at least 1; 0 or max: no limit")
 	fs.StringVar(&o.disk, "user-disk-max", "0", "`SIZE` each user's home may hold, on a filesystem image of the user's own (needs root, loop devices and mkfs.ext4); 0: no limit")
 	fs.StringVar(&o.cgroupParent, "cgroup-parent", "", "cgroup `PATH` the users' cgroups go under (default: the daemon's own); relative to the cgroup2 mount, or to each v1 hierarchy's root")
-	fs.IntVar(&o.cgroupVersion, "cgroup-version", 0, "cgroup hierarchy to use: 1, 2, or 0 to detect it")
+	fs.StringVar(&o.cgroupVersion, "cgroup-version", "auto", "cgroup hierarchy the limits use: 1, 2, or auto to detect it")
 }
 
 // parsed reads the limits; explicit names the ones the operator set
@@ -66,10 +66,23 @@ func (o *limitOptions) parsed() (l contain.Limits, explicit []string, err error)
 	if l.Pids > 0 && l.Pids < 32 {
 		errs = append(errs, fmt.Errorf("--user-pids-max %d is below 32: a codex CLI's threads alone need more", l.Pids))
 	}
-	if o.cgroupVersion != 0 && o.cgroupVersion != 1 && o.cgroupVersion != 2 {
-		errs = append(errs, fmt.Errorf("--cgroup-version %d is not 0, 1 or 2", o.cgroupVersion))
+	if _, err := o.version(); err != nil {
+		errs = append(errs, err)
 	}
 	return l, explicit, errors.Join(errs...)
+}
+
+// version is --cgroup-version as contain.Options wants it (0: detect).
+func (o *limitOptions) version() (int, error) {
+	switch o.cgroupVersion {
+	case "auto", "":
+		return 0, nil
+	case "1":
+		return 1, nil
+	case "2":
+		return 2, nil
+	}
+	return 0, fmt.Errorf("--cgroup-version %q is not 1, 2 or auto", o.cgroupVersion)
 }
 
 func (o *limitOptions) validate() error {
@@ -90,7 +103,8 @@ func cgroupName(homes, member string) string {
 }
 
 func (o *limitOptions) contain(homes, member string, l contain.Limits) contain.Options {
-	return contain.Options{Version: o.cgroupVersion, Parent: o.cgroupParent, Name: cgroupName(homes, member), Limits: l}
+	v, _ := o.version() // validated
+	return contain.Options{Version: v, Parent: o.cgroupParent, Name: cgroupName(homes, member), Limits: l}
 }
 
 // check says, without changing anything, what the host would enforce;
