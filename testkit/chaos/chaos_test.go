@@ -162,6 +162,17 @@ func TestChaos(t *testing.T) {
 	total := time.Since(start)
 
 	h.checkVerdicts()
+	contained := 0
+	for _, k := range h.kills {
+		if k.cgroup == "" {
+			continue
+		}
+		contained++
+		if k.left > 0 {
+			t.Errorf("%d processes of %s outlived their app-server (pid %d, killed %s) in %s", k.left, k.user, k.pid, k.mode, k.cgroup)
+		}
+	}
+	t.Logf("chaos: %d of %d killed app-servers had a cgroup of their own; each was empty within 10 s of the kill, or is named above", contained, len(h.kills))
 	for _, r := range finals {
 		if len(r.verdicts) == 0 || r.verdicts[0].Status != messages.StatusCompleted {
 			t.Errorf("final round %s on %s did not complete: %+v", r.id, r.thread, r.verdicts)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/meshweaver/supervisor/actors"
@@ -45,6 +46,42 @@ type killRec struct {
 	pid      int
 	epoch    int
 	inFlight []string // rounds of the user in flight
+	// cgroup is the killed process's own cgroup (under the user's, with
+	// the daemon's default limits); left counts the processes still in it
+	// 10 s after the kill: what outlived its app-server.
+	cgroup string
+	left   int
+}
+
+// ownCgroup is the cgroup a start of the daemon gave pid (its "p-…"
+// folder: v1's pids hierarchy, or v2's), or "" where limits are off.
+func ownCgroup(pid int) string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !strings.Contains(parts[2], "/p-") {
+			continue
+		}
+		switch {
+		case parts[1] == "pids":
+			return filepath.Join("/sys/fs/cgroup/pids", parts[2])
+		case parts[0] == "0" && parts[1] == "":
+			return filepath.Join("/sys/fs/cgroup", parts[2])
+		}
+	}
+	return ""
+}
+
+// cgroupLeft counts the processes still in dir (0 once it is removed).
+func cgroupLeft(dir string) int {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return 0
+	}
+	return len(strings.Fields(string(data)))
 }
 
 // daemonKillRec is one SIGKILL of the daemon.
@@ -144,11 +181,19 @@ func (h *harness) killServer(user string, p proc, mode string) bool {
 	h.mu.Lock()
 	phase, ids := h.phaseLocked(d, user, ready, now)
 	h.mu.Unlock()
+	cgroup := ownCgroup(p.pid)
 	if !killGroup(p) {
 		return false
 	}
+	k := &killRec{at: now, mode: mode, phase: phase, user: user, pid: p.pid, epoch: d.epoch, inFlight: ids, cgroup: cgroup}
+	if cgroup != "" {
+		// Nothing the app-server started outlives it: the daemon empties
+		// its cgroup when it sees the exit.
+		poll(nil, 10*time.Second, func() bool { return cgroupLeft(cgroup) == 0 })
+		k.left = cgroupLeft(cgroup)
+	}
 	h.mu.Lock()
-	h.kills = append(h.kills, &killRec{at: now, mode: mode, phase: phase, user: user, pid: p.pid, epoch: d.epoch, inFlight: ids})
+	h.kills = append(h.kills, k)
 	h.mu.Unlock()
 	return true
 }
