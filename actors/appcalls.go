@@ -91,6 +91,11 @@ func (a *appServerActor) answered(k *call, res json.RawMessage, err error) {
 		}
 		return
 	}
+	if err != nil && k.thread != "" && !errors.As(err, &we) {
+		// The connection ended under the call (the process died): a
+		// limit it met reaches the thread's round before this answer.
+		a.limitBeforeLoss(k.thread)
+	}
 	k.then(res, err)
 	a.touch()
 	a.holdCap()

@@ -213,6 +213,16 @@ func (a *appServerActor) contain(cfg *codexproc.Config, gen uint64) (group, leaf
 	return group, leaf, nil
 }
 
+// limitBeforeLoss tells thread's round of a limit its user met, before
+// the round hears that the process or its call is gone.
+func (a *appServerActor) limitBeforeLoss(thread string) {
+	if s, ok := a.threads.lookup(thread); ok {
+		if res := a.limits.met(thread, a.cfg.Metrics); res != "" {
+			a.engine.Send(s.round, limitMet{resource: res})
+		}
+	}
+}
+
 // emptyLeaf kills what is left in a process's cgroup and removes it.
 func (a *appServerActor) emptyLeaf(leaf *contain.Group) {
 	if leaf == nil {
@@ -350,11 +360,7 @@ func (a *appServerActor) drop(lost error) {
 func (a *appServerActor) lose(lost error) {
 	// A round whose process was killed for memory hears that first.
 	for thread := range a.limits.base {
-		if s, ok := a.threads.lookup(thread); ok {
-			if res := a.limits.met(thread, a.cfg.Metrics); res != "" {
-				a.engine.Send(s.round, limitMet{resource: res})
-			}
-		}
+		a.limitBeforeLoss(thread)
 	}
 	for _, round := range a.threads.reset() {
 		a.engine.Send(round, codexLost{err: lost})

@@ -25,9 +25,6 @@ type v1 struct {
 	memsw bool // memory.memsw.* exists: swap is bounded with memory
 }
 
-// v1Limited are the hierarchies that carry limits.
-var v1Limited = []cgroup1.Name{cgroup1.Memory, cgroup1.Pids, cgroup1.Cpu}
-
 func openV1(o Options, rep *Report) (backend, error) {
 	b := &v1{mount: o.Mount, name: o.Name, own: make(map[cgroup1.Name]string)}
 	for _, n := range []cgroup1.Name{cgroup1.Memory, cgroup1.Pids, cgroup1.Cpu, cgroup1.Freezer, cgroup1.Cpuacct} {
@@ -242,17 +239,6 @@ func (g *v1Group) update(l Limits) error {
 		}
 	}
 	return nil
-}
-
-// procSub is the hierarchy whose cgroup.procs lists the group's
-// processes: any one of them does, as every start joins them all.
-func (g *v1Group) procSub() cgroup1.Name {
-	for _, n := range []cgroup1.Name{cgroup1.Pids, cgroup1.Memory, cgroup1.Freezer, cgroup1.Cpu} {
-		if _, ok := g.b.own[n]; ok {
-			return n
-		}
-	}
-	return g.b.subs[0].Name()
 }
 
 func (g *v1Group) procs() ([]int, error) {

@@ -73,6 +73,14 @@ type Fake struct {
 	// EOF, SIGTERM/SIGINT (unless ignored), ExitAfterMessages and
 	// ExitOnMethod. Zero, like the real server.
 	ExitCode int `json:"exitCode,omitempty"`
+	// HogOnMethod makes the fake, when a request or notification with this
+	// method arrives whose params hold HogOnText (any, when empty), take
+	// HogBytes of memory and write to every page of it before it answers:
+	// under a memory limit below that, the kernel kills it (an app-server
+	// killed for its user's memory).
+	HogOnMethod string `json:"hogOnMethod,omitempty"`
+	HogOnText   string `json:"hogOnText,omitempty"`
+	HogBytes    int    `json:"hogBytes,omitempty"`
 	// HangOnMethod requests are never answered (and have no effect). The
 	// fake keeps serving everything else.
 	HangOnMethod string `json:"hangOnMethod,omitempty"`

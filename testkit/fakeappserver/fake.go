@@ -145,6 +145,7 @@ func (f *Fake) Serve(ctx context.Context, r io.Reader, w io.Writer, stderr io.Wr
 // session is the state of one Serve call. Only Serve's loop touches it.
 type session struct {
 	f         *Fake
+	hog       []byte        // HogOnMethod's memory, held
 	w         *bufio.Writer // flushed after each line handled (see Serve): a turn's flood is a few writes, not one per line
 	stderr    io.Writer
 	werr      error
@@ -233,6 +234,12 @@ func (s *session) handleLine(line []byte) error {
 		// The real server logs this and keeps going without a reply.
 		fmt.Fprintf(s.stderr, "ERROR fakeappserver: Failed to deserialize JSONRPCMessage: %v\n", err)
 		return nil
+	}
+	if m.Method != nil && *m.Method == s.f.HogOnMethod && s.f.HogOnMethod != "" && bytes.Contains(m.Params, []byte(s.f.HogOnText)) {
+		s.hog = make([]byte, s.f.HogBytes)
+		for i := 0; i < len(s.hog); i += 4096 {
+			s.hog[i] = 1
+		}
 	}
 	if m.Method != nil && *m.Method == s.f.ExitOnMethod && s.f.ExitOnMethod != "" {
 		return &ExitError{Code: s.f.ExitCode, Reason: "received " + *m.Method + " (ExitOnMethod)"}
