@@ -20,6 +20,19 @@ func benchLimits() contain.Limits {
 	return contain.Limits{Memory: 512 << 20, Pids: 256, CPU: float64(runtime.NumCPU()), Disk: 256 << 20}
 }
 
+func limitsOptions() contain.Options {
+	return contain.Options{Name: fmt.Sprintf("meshweaver-bench-%d", os.Getpid()), Limits: benchLimits()}
+}
+
+// LimitsMeasurable says why the limits rows would be left out on this
+// host, or nil where they are measured.
+func LimitsMeasurable() error {
+	if rep := contain.Probe(limitsOptions()); len(rep.Missing) > 0 {
+		return fmt.Errorf("the host cannot enforce %v", rep.Missing)
+	}
+	return nil
+}
+
 // limits: a cold round (a user the daemon never saw) on a daemon whose
 // users get cgroups, limits and a home image, against the same round on
 // the same daemon's configuration without them: what making the cgroup,
@@ -28,7 +41,7 @@ func benchLimits() contain.Limits {
 // cannot enforce limits (not root, no cgroup controllers), the row is
 // left out and the progress says why.
 func (r *run) limits(ctx context.Context) (err error) {
-	node, err := contain.Open(contain.Options{Name: fmt.Sprintf("meshweaver-bench-%d", os.Getpid()), Limits: benchLimits()})
+	node, err := contain.Open(limitsOptions())
 	if err != nil {
 		return err
 	}

@@ -74,6 +74,13 @@ func TestBenchSmall(t *testing.T) {
 		"MCP tools/call through the front",
 		"heap per idle registered user (50 users)",
 	}
+	if err := bench.LimitsMeasurable(); err == nil {
+		wantRows = append(wantRows,
+			"new user's first round, limits on: send → first text", "new user's first round, limits on: send → verdict",
+			"round after an idle eviction, limits on: send → first text", "round after an idle eviction, limits on: send → verdict")
+	} else {
+		t.Logf("no limits rows: %v", err)
+	}
 	var got []string
 	for _, r := range res.Rows {
 		got = append(got, r.Name)
