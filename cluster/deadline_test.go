@@ -26,11 +26,41 @@ func TestDeadline(t *testing.T) {
 	if got, want := d.FenceAt(), t0.Add(9*time.Second); !got.Equal(want) {
 		t.Fatalf("an older renewal moved FenceAt to %v, want %v", got, want)
 	}
-	if got, want := d.RenewEvery(), 7*time.Second/3; got != want {
+	if got, want := d.RenewEvery(), 7*time.Second/6; got != want {
 		t.Fatalf("RenewEvery = %v, want %v", got, want)
 	}
 	if got := NewDeadline(2*time.Second, 1999*time.Millisecond, t0).RenewEvery(); got != 50*time.Millisecond {
 		t.Fatalf("RenewEvery floor = %v, want 50ms", got)
+	}
+	for _, c := range []struct{ ttl, margin, want time.Duration }{
+		{10 * time.Second, 4 * time.Second, time.Second},
+		{5 * time.Second, 2 * time.Second, 500 * time.Millisecond},
+		{60 * time.Second, 10 * time.Second, time.Second},                  // at most 1s
+		{2 * time.Second, 1900 * time.Millisecond, 100 * time.Millisecond}, // at least 100ms
+	} {
+		if got := NewDeadline(c.ttl, c.margin, t0).Attempt(); got != c.want {
+			t.Errorf("Attempt(TTL %v, margin %v) = %v, want %v", c.ttl, c.margin, got, c.want)
+		}
+	}
+}
+
+// TestCheckTimings: a fence window must hold a renewal interval, two
+// election timeouts and a quarter attempt.
+func TestCheckTimings(t *testing.T) {
+	for _, c := range []struct {
+		ttl, margin, election time.Duration
+		ok                    bool
+	}{
+		{5 * time.Second, 2 * time.Second, time.Second, true},       // 3s ≥ 0.5+2+0.125
+		{10 * time.Second, 4 * time.Second, time.Second, true},      // the serve defaults
+		{5 * time.Second, 2 * time.Second, 2 * time.Second, false},  // the old embedded timings
+		{5 * time.Second, 3 * time.Second, time.Second, false},      // 2s < 0.33+2+0.08
+		{30 * time.Second, 10 * time.Second, 5 * time.Second, true}, // a slow WAN etcd
+	} {
+		err := CheckTimings(c.ttl, c.margin, c.election)
+		if (err == nil) != c.ok {
+			t.Errorf("CheckTimings(%v, %v, %v) = %v, want ok %v", c.ttl, c.margin, c.election, err, c.ok)
+		}
 	}
 }
 

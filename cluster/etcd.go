@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,10 @@ type EmbedConfig struct {
 	Logger  *zap.Logger // nil: errors only, to stderr
 }
 
+// ElectionTimeout is the embedded member's raft election timeout, etcd's
+// default.
+const ElectionTimeout = time.Second
+
 // StartEmbedded starts an etcd member in this process and waits until it
 // serves (or the member is up in a cluster still without quorum: it then
 // serves once enough peers are up, and the caller's first call waits).
@@ -57,10 +62,13 @@ func StartEmbedded(ctx context.Context, c EmbedConfig) (*embed.Etcd, error) {
 	cfg.InitialCluster = c.Initial
 	cfg.InitialClusterToken = c.Token
 	cfg.ClusterState = embed.ClusterStateFlagNew
-	// A leader heartbeat every 200ms and elections after 2s of silence
-	// (etcd's defaults are 100ms and 1s): a daemon's machine also runs the
-	// users' app-servers, and a loaded one must not flap its leader.
-	cfg.TickMs, cfg.ElectionMs = 200, 2000
+	// etcd's own timings: a leader heartbeat every 100ms, an election
+	// after ElectionTimeout of silence. A daemon dies with its member, so
+	// a member's death is an ordinary election, and the survivors' renewals
+	// must outlast one inside their fence window (CheckTimings): longer
+	// elections (2s, tried before) fenced every survivor of a leader's
+	// death at a TTL of 5s.
+	cfg.TickMs, cfg.ElectionMs = 100, uint(ElectionTimeout/time.Millisecond)
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "1h"
 	if c.TLS.Enabled() {
@@ -120,4 +128,27 @@ func NewClient(endpoints string, tlsFiles TLSFiles) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("connecting to etcd %s: %w", endpoints, err)
 	}
 	return c, nil
+}
+
+// EndpointClients connects one client to each endpoint (comma-separated
+// URLs), for Config.Endpoints: first the nearest, which an embedded
+// member's daemon names with first (its own client URL; "" keeps the
+// order).
+func EndpointClients(endpoints, first string, tlsFiles TLSFiles) ([]*clientv3.Client, error) {
+	eps := strings.Split(endpoints, ",")
+	if i := slices.Index(eps, first); i > 0 {
+		eps[0], eps[i] = eps[i], eps[0]
+	}
+	var out []*clientv3.Client
+	for _, ep := range eps {
+		c, err := NewClient(ep, tlsFiles)
+		if err != nil {
+			for _, c := range out {
+				c.Close()
+			}
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }

@@ -279,7 +279,7 @@ func TestFenceOnEtcdLoss(t *testing.T) {
 	var fencedAt atomic.Int64
 	fenced := make(chan struct{}, 1)
 	a := testNode(t, te.client, "a", ttl, margin, func() {
-		fencedAt.CompareAndSwap(0, time.Now().UnixNano())
+		fencedAt.CompareAndSwap(0, BootNow().UnixNano()) // FenceAt's clock
 		select {
 		case fenced <- struct{}{}:
 		default:

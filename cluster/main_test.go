@@ -4,9 +4,12 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/meshweaver/supervisor/testkit/etcdtest"
 )
 
 func TestMain(m *testing.M) {
+	etcdtest.Main() // the etcd member processes of the tests are this binary
 	goleak.VerifyTestMain(m,
 		// etcd's embedded server and grpc leave process-wide helpers.
 		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),

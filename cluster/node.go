@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -34,6 +35,14 @@ const MaxHops = 2
 type Config struct {
 	// Client talks to etcd (the node does not close it).
 	Client *clientv3.Client
+	// Endpoints are one client per etcd endpoint, the nearest (an embedded
+	// member's own) first; nil: Client alone. The node's calls go to one
+	// endpoint at a time, each attempt bounded ([Deadline.Attempt]), and
+	// move to the next when one fails: a dead, frozen or cut-off endpoint
+	// costs one attempt (gRPC's balancer would keep a frozen one's
+	// connection for its keepalive's ten seconds or more). The node does
+	// not close them.
+	Endpoints []*clientv3.Client
 	// Cluster names the cluster: every key lives under /meshweaver/<Cluster>/.
 	Cluster string
 	// Member is this member's id, unique in the cluster and stable across
@@ -45,15 +54,18 @@ type Config struct {
 	// expiry the member fences itself.
 	TTL    time.Duration
 	Margin time.Duration
-	// CallTimeout bounds each etcd call of Owner (default 2s, at most the
-	// TTL less the margin).
+	// CallTimeout bounds each etcd call of Owner, over all its attempts
+	// (default 2s, at most the TTL less the margin).
 	CallTimeout time.Duration
+	// Now is the clock of the fencing arithmetic (default [BootNow], which
+	// counts a suspension; tests give a clock they move).
+	Now func() time.Time
 	// OnFence is called, on the node's goroutine, when the member must stop
 	// every app-server now: its lease may lapse (etcd unreachable, quorum
 	// lost) or has lapsed. It must not block long.
 	OnFence func()
-	// OnDeadline is called after every renewal with the new fence time,
-	// for the out-of-process fence (nil: none).
+	// OnDeadline is called after every renewal with the new fence time, on
+	// the Now clock, for the out-of-process fence (nil: none).
 	OnDeadline func(fenceAt time.Time)
 	// Logger receives the node's lines (slog.Default when nil).
 	Logger *slog.Logger
@@ -71,6 +83,10 @@ type Node struct {
 	wg       sync.WaitGroup
 	released chan struct{} // closed by Close
 	every    time.Duration // how often the lease is renewed
+	attempt  time.Duration // how long one call may wait on one endpoint
+	clients  []*clientv3.Client
+	pref     atomic.Int32 // index in clients of the endpoint to try first
+	now      func() time.Time
 
 	mu       sync.Mutex
 	lease    clientv3.LeaseID
@@ -79,6 +95,8 @@ type Node struct {
 	live     map[string]string        // member id → address
 	owned    map[string]int64         // user → creation revision of its key (the fencing token)
 	watchers map[string]chan struct{} // member address → closed when it leaves
+	watchOn  int                      // index in clients of the endpoint the member watch runs on
+	rewatch  context.CancelFunc       // ends the member watch, to start it again on the endpoint preferred now
 	events   chan Event               // optional: tests observe transitions
 }
 
@@ -115,6 +133,9 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = BootNow
+	}
 	prefix := "/meshweaver/" + cfg.Cluster + "/"
 	n := &Node{
 		cfg: cfg, log: cfg.Logger.With("component", "cluster", "member", cfg.Member),
@@ -122,7 +143,12 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 		released: make(chan struct{}),
 		live:     map[string]string{}, owned: map[string]int64{}, watchers: map[string]chan struct{}{},
 	}
-	n.every = NewDeadline(cfg.TTL, cfg.Margin, time.Time{}).RenewEvery()
+	d := NewDeadline(cfg.TTL, cfg.Margin, time.Time{})
+	n.every, n.attempt, n.now = d.RenewEvery(), d.Attempt(), cfg.Now
+	n.clients = slices.Clone(cfg.Endpoints)
+	if len(n.clients) == 0 {
+		n.clients = []*clientv3.Client{cfg.Client}
+	}
 	if err := n.registerWait(ctx); err != nil {
 		return nil, err
 	}
@@ -166,33 +192,47 @@ func (n *Node) registerWait(ctx context.Context) error {
 	}
 }
 
-// register grants a fresh lease and puts the member key on it.
+// register grants a fresh lease and puts the member key on it, trying
+// the endpoints in turn for at most the fence window.
 func (n *Node) register(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.TTL-n.cfg.Margin)
-	defer cancel()
-	sent := time.Now()
-	g, err := n.cfg.Client.Grant(ctx, int64(n.cfg.TTL/time.Second))
-	if err != nil {
-		return fmt.Errorf("granting the member's etcd lease: %w", err)
+	type granted struct {
+		lease clientv3.LeaseID
+		sent  time.Time
 	}
-	// A member id is registered once: a second process with the same id
-	// (or this one's previous life, whose lease has not expired) must not
-	// share it.
-	key := n.members + n.cfg.Member
-	resp, err := n.cfg.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, n.cfg.Addr, clientv3.WithLease(g.ID))).
-		Commit()
-	if err == nil && !resp.Succeeded {
-		err = errRegistered
-	}
+	// One attempt at a time: two at once could each grant a lease, and
+	// the second would find the first's key.
+	window := n.cfg.TTL - n.cfg.Margin
+	got, err := try(n, ctx, n.now().Add(window), window/3, 0, func(ctx context.Context, c *clientv3.Client) (granted, error) {
+		sent := n.now()
+		g, err := c.Grant(ctx, int64(n.cfg.TTL/time.Second))
+		if err != nil {
+			return granted{}, fmt.Errorf("granting the member's etcd lease: %w", err)
+		}
+		// A member id is registered once: a second process with the same
+		// id (or this one's previous life, whose lease has not expired)
+		// must not share it.
+		key := n.members + n.cfg.Member
+		resp, err := c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, n.cfg.Addr, clientv3.WithLease(g.ID))).
+			Commit()
+		if err == nil && !resp.Succeeded {
+			err = errRegistered
+		}
+		if err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.attempt)
+			_, _ = c.Revoke(rctx, g.ID) // else it expires after the TTL
+			cancel()
+			return granted{}, fmt.Errorf("registering member %q: %w", n.cfg.Member, err)
+		}
+		return granted{g.ID, sent}, nil
+	}, func(err error) bool { return errors.Is(err, errRegistered) })
 	if err != nil {
-		_, _ = n.cfg.Client.Revoke(context.WithoutCancel(ctx), g.ID)
-		return fmt.Errorf("registering member %q: %w", n.cfg.Member, err)
+		return err
 	}
 	n.mu.Lock()
-	n.lease = g.ID
-	n.deadline = NewDeadline(n.cfg.TTL, n.cfg.Margin, sent)
+	n.lease = got.lease
+	n.deadline = NewDeadline(n.cfg.TTL, n.cfg.Margin, got.sent)
 	n.fenced = false
 	n.mu.Unlock()
 	n.emit("joined", n.cfg.Member)
@@ -217,8 +257,10 @@ func (n *Node) renewLoop(ctx context.Context) {
 	}
 }
 
-// renew sends one keepalive, bounded by the fence time, and fences the
-// member if the fence time passed without one.
+// renew renews the lease, trying the endpoints in turn until one answers
+// or the fence time passes; then it fences the member. A dead or frozen
+// endpoint, or an etcd leader election, is waited out: only a lease that
+// cannot be renewed before the fence time fences.
 func (n *Node) renew(ctx context.Context) {
 	n.mu.Lock()
 	lease, fenceAt, fenced := n.lease, n.deadline.FenceAt(), n.fenced
@@ -227,9 +269,9 @@ func (n *Node) renew(ctx context.Context) {
 		// The lease is as good as gone: start a new life. The app-servers
 		// are stopped, so the old lease (if etcd still has it) is revoked
 		// first: its users are free at once, for this member or another.
-		rctx, cancel := context.WithTimeout(ctx, n.cfg.CallTimeout)
-		_, _ = n.cfg.Client.Revoke(rctx, lease)
-		cancel()
+		_, _ = try(n, ctx, n.now().Add(n.attempt), n.attempt, 0, func(ctx context.Context, c *clientv3.Client) (*clientv3.LeaseRevokeResponse, error) {
+			return c.Revoke(ctx, lease)
+		}, func(error) bool { return true })
 		if err := n.register(ctx); err != nil {
 			n.log.Warn("rejoining the cluster", "err", err)
 		} else {
@@ -237,10 +279,14 @@ func (n *Node) renew(ctx context.Context) {
 		}
 		return
 	}
-	callCtx, cancel := context.WithDeadline(ctx, fenceAt)
-	sent := time.Now()
-	_, err := n.cfg.Client.KeepAliveOnce(callCtx, lease)
-	cancel()
+	start := n.now()
+	var tries atomic.Int32
+	sent, err := try(n, ctx, fenceAt, n.attempt, n.attempt/4, func(ctx context.Context, c *clientv3.Client) (time.Time, error) {
+		sent := n.now()
+		tries.Add(1)
+		_, err := c.KeepAliveOnce(ctx, lease)
+		return sent, err
+	}, func(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) })
 	if ctx.Err() != nil {
 		return
 	}
@@ -250,22 +296,111 @@ func (n *Node) renew(ctx context.Context) {
 		n.deadline.Renewed(sent)
 		at := n.deadline.FenceAt()
 		n.mu.Unlock()
+		if k := tries.Load(); k > 1 {
+			n.log.Warn("renewed the member's etcd lease after more than one attempt (an endpoint down, or an etcd election)", "attempts", k, "took", n.now().Sub(start).Round(time.Millisecond))
+			n.emit("renew-retried", n.cfg.Member)
+			// The member watch may hang on the endpoint that failed (a
+			// frozen one answers nothing until gRPC's keepalive gives up,
+			// ten seconds or more): move it to the one that answered.
+			n.mu.Lock()
+			if p := int(n.pref.Load()); p != n.watchOn && n.rewatch != nil {
+				n.rewatch()
+			}
+			n.mu.Unlock()
+		}
 		if n.cfg.OnDeadline != nil {
 			n.cfg.OnDeadline(at)
 		}
-		return
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		n.log.Error("the member's etcd lease expired: stopping every app-server", "err", err)
 		n.emit("lease-lost", n.cfg.Member)
 		n.fence()
-		return
-	}
-	if !time.Now().Before(fenceAt) {
-		n.log.Error("no etcd keepalive before the fence time: stopping every app-server (etcd unreachable or without quorum)", "err", err)
+	default:
+		n.log.Error("no etcd keepalive before the fence time: stopping every app-server (etcd unreachable or without quorum)", "err", err, "attempts", tries.Load())
 		n.fence()
-		return
 	}
-	n.log.Warn("renewing the member's etcd lease", "err", err, "fence_in", time.Until(fenceAt).Round(time.Millisecond))
+}
+
+// try calls call on the etcd endpoints, first the one that answered
+// last, each attempt bounded by attempt, until an attempt succeeds, its
+// error is final, ctx ends or the clock reaches until. It returns the
+// successful attempt's value, or the last error.
+//
+// A positive stagger starts another attempt, on the next endpoint, every
+// stagger while none has answered, for calls that may run twice
+// (keepalives, reads, a claim that finds its own key): an attempt stuck
+// on a frozen endpoint, or on a follower still forwarding to a dead
+// leader, does not hold the next one back, so a renewal succeeds soon
+// after etcd elects a new leader. With one endpoint, or stagger 0, one
+// attempt runs at a time (more would only load a slow etcd further).
+func try[T any](n *Node, ctx context.Context, until time.Time, attempt, stagger time.Duration, call func(context.Context, *clientv3.Client) (T, error), final func(error) bool) (T, error) {
+	var zero T
+	type result struct {
+		k   int
+		v   T
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	res := make(chan result)
+	inflight := 0
+	defer func() { // every attempt's goroutine ends before try returns
+		cancel()
+		for ; inflight > 0; inflight-- {
+			<-res
+		}
+	}()
+	next := int(n.pref.Load())
+	launch := func() bool {
+		left := until.Sub(n.now())
+		if left <= 0 {
+			return false
+		}
+		k := next % len(n.clients)
+		next++
+		actx, acancel := context.WithTimeout(ctx, min(attempt, left))
+		inflight++
+		go func() {
+			defer acancel()
+			v, err := call(actx, n.clients[k])
+			res <- result{k, v, err}
+		}()
+		return true
+	}
+	lastErr := fmt.Errorf("etcd did not answer in time: %w", context.DeadlineExceeded)
+	if !launch() {
+		return zero, lastErr
+	}
+	hedge := stagger > 0 && len(n.clients) > 1
+	if !hedge {
+		stagger = attempt
+	}
+	stagger = max(stagger, 20*time.Millisecond)
+	timer := time.NewTimer(stagger)
+	defer timer.Stop()
+	for {
+		select {
+		case r := <-res:
+			inflight--
+			if r.err == nil {
+				n.pref.Store(int32(r.k))
+				return r.v, nil
+			}
+			lastErr = r.err
+			if ctx.Err() != nil || final(r.err) {
+				return zero, r.err
+			}
+			if inflight == 0 {
+				// An endpoint that fails at once (refused, no leader yet)
+				// is not tried again in a spin.
+				timer.Reset(min(20*time.Millisecond, stagger))
+			}
+		case <-timer.C:
+			if (hedge || inflight == 0) && !launch() && inflight == 0 {
+				return zero, lastErr
+			}
+			timer.Reset(stagger)
+		}
+	}
 }
 
 // fence drops every ownership and has the daemon stop its app-servers.
@@ -283,9 +418,9 @@ func (n *Node) fence() {
 // listMembers reads the member keys and returns the revision to watch
 // from.
 func (n *Node) listMembers(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.TTL)
-	defer cancel()
-	resp, err := n.cfg.Client.Get(ctx, n.members, clientv3.WithPrefix())
+	resp, err := try(n, ctx, n.now().Add(n.cfg.TTL), n.cfg.CallTimeout, n.cfg.CallTimeout/2, func(ctx context.Context, c *clientv3.Client) (*clientv3.GetResponse, error) {
+		return c.Get(ctx, n.members, clientv3.WithPrefix())
+	}, func(error) bool { return false })
 	if err != nil {
 		return 0, fmt.Errorf("listing the cluster's members: %w", err)
 	}
@@ -304,12 +439,17 @@ func (n *Node) listMembers(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// watchLoop follows the member keys; a broken watch lists them again.
+// watchLoop follows the member keys, on the endpoint preferred when the
+// watch starts; a broken or moved watch lists them again.
 func (n *Node) watchLoop(ctx context.Context, rev int64) {
 	defer n.wg.Done()
 	for ctx.Err() == nil {
-		wctx := clientv3.WithRequireLeader(ctx)
-		for resp := range n.cfg.Client.Watch(wctx, n.members, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		k := int(n.pref.Load()) % len(n.clients)
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		n.mu.Lock()
+		n.watchOn, n.rewatch = k, cancel
+		n.mu.Unlock()
+		for resp := range n.clients[k].Watch(wctx, n.members, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 			if resp.Err() != nil {
 				n.log.Warn("watching the cluster's members", "err", resp.Err())
 				break
@@ -334,6 +474,7 @@ func (n *Node) watchLoop(ctx context.Context, rev int64) {
 			}
 			rev = resp.Header.Revision
 		}
+		cancel()
 		// The watch ended (no leader, compaction, a lost connection):
 		// list again after a pause, so no change is missed.
 		select {
@@ -363,7 +504,7 @@ func (n *Node) memberDownLocked(id, addr string) {
 // only to an owner the key names, and not past MaxHops.
 func (n *Node) Owner(user string, hops int) (local bool, addr string, err error) {
 	n.mu.Lock()
-	valid := !n.fenced && n.deadline.Valid(time.Now())
+	valid := !n.fenced && n.deadline.Valid(n.now())
 	_, owned := n.owned[user]
 	lease := n.lease
 	n.mu.Unlock()
@@ -373,10 +514,11 @@ func (n *Node) Owner(user string, hops int) (local bool, addr string, err error)
 	if owned {
 		return true, "", nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.CallTimeout)
-	defer cancel()
+	until := n.now().Add(n.cfg.CallTimeout)
 	key := n.owners + user
-	get, err := n.cfg.Client.Get(ctx, key)
+	get, err := try(n, context.Background(), until, n.cfg.CallTimeout, n.cfg.CallTimeout/2, func(ctx context.Context, c *clientv3.Client) (*clientv3.GetResponse, error) {
+		return c.Get(ctx, key)
+	}, func(error) bool { return false })
 	if err != nil {
 		return false, "", fmt.Errorf("looking up the owner of a user: %w", err)
 	}
@@ -389,11 +531,15 @@ func (n *Node) Owner(user string, hops int) (local bool, addr string, err error)
 				return false, addr, nil
 			}
 		}
-		txn, err := n.cfg.Client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, n.cfg.Member, clientv3.WithLease(lease))).
-			Else(clientv3.OpGet(key)).
-			Commit()
+		// A retried claim whose first try committed finds its own key
+		// (owner and lease this member's) and takes it below.
+		txn, err := try(n, context.Background(), until, n.cfg.CallTimeout, n.cfg.CallTimeout/2, func(ctx context.Context, c *clientv3.Client) (*clientv3.TxnResponse, error) {
+			return c.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+				Then(clientv3.OpPut(key, n.cfg.Member, clientv3.WithLease(lease))).
+				Else(clientv3.OpGet(key)).
+				Commit()
+		}, func(error) bool { return false })
 		if err != nil {
 			return false, "", fmt.Errorf("claiming a user: %w", err)
 		}
@@ -433,7 +579,7 @@ func (n *Node) Owner(user string, hops int) (local bool, addr string, err error)
 func (n *Node) Known(user string) (local, known bool, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.fenced || !n.deadline.Valid(time.Now()) {
+	if n.fenced || !n.deadline.Valid(n.now()) {
 		return false, true, ErrFenced
 	}
 	if _, owned := n.owned[user]; owned {
@@ -446,7 +592,7 @@ func (n *Node) Known(user string) (local, known bool, err error) {
 func (n *Node) claimed(user string, lease clientv3.LeaseID, rev int64) (bool, string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.fenced || n.lease != lease || !n.deadline.Valid(time.Now()) {
+	if n.fenced || n.lease != lease || !n.deadline.Valid(n.now()) {
 		return false, "", ErrFenced
 	}
 	if _, ok := n.owned[user]; !ok {
@@ -537,7 +683,8 @@ func (n *Node) Owned() int {
 	return len(n.owned)
 }
 
-// FenceAt is when the member fences itself unless it renews its lease.
+// FenceAt is when the member fences itself unless it renews its lease,
+// on the Config.Now clock.
 func (n *Node) FenceAt() time.Time {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -590,9 +737,10 @@ func (n *Node) Leave(ctx context.Context) error {
 	if fenced {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.CallTimeout)
-	defer cancel()
-	if _, err := n.cfg.Client.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	_, err := try(n, ctx, n.now().Add(n.cfg.CallTimeout), n.cfg.CallTimeout/2, 0, func(ctx context.Context, c *clientv3.Client) (*clientv3.LeaseRevokeResponse, error) {
+		return c.Revoke(ctx, lease)
+	}, func(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) })
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("leaving the cluster: %w", err)
 	}
 	n.log.Info("left the cluster")

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 
@@ -38,6 +39,7 @@ type clusterOptions struct {
 	etcdInitial  string
 	leaseTTL     time.Duration
 	fenceMargin  time.Duration
+	etcdElection time.Duration
 	fenceHelper  bool
 	fenceHelperF string // the fence helper's executable (tests; default: this one)
 }
@@ -53,6 +55,7 @@ func (o *clusterOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.etcdInitial, "etcd-initial-cluster", "", "`NAME=URL,...`: every etcd member's peer URL, for the cluster's first start")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "etcd lease of the membership and of every user's ownership (whole seconds): a dead member's users move after about this long")
 	fs.DurationVar(&o.fenceMargin, "fence-margin", 4*time.Second, "stop every app-server this long before the lease could expire when it cannot be renewed")
+	fs.DurationVar(&o.etcdElection, "etcd-election-timeout", cluster.ElectionTimeout, "the election timeout of the external etcd at --etcd-endpoints (its --election-timeout), checked against --lease-ttl and --fence-margin; an embedded member uses etcd's default, 1s")
 	fs.BoolVar(&o.fenceHelper, "fence-helper", true, "in a cluster, run the fence helper (supervisor fence) beside the daemon: it kills the member's app-servers if the daemon is paused or hung past --lease-ttl less --fence-margin")
 }
 
@@ -105,6 +108,17 @@ func (o *clusterOptions) validate(tlsOn bool) error {
 	}
 	if o.fenceMargin <= 0 || o.fenceMargin >= o.leaseTTL {
 		errs = append(errs, fmt.Errorf("--fence-margin %v must be positive and below --lease-ttl %v", o.fenceMargin, o.leaseTTL))
+	} else {
+		election := o.etcdElection
+		if o.embedded() {
+			election = cluster.ElectionTimeout
+		}
+		if election <= 0 {
+			errs = append(errs, fmt.Errorf("--etcd-election-timeout %v must be positive", election))
+		} else if err := cluster.CheckTimings(o.leaseTTL, o.fenceMargin, election); err != nil {
+			// A member's death would fence the survivors (DEPLOY.md).
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -112,12 +126,14 @@ func (o *clusterOptions) validate(tlsOn bool) error {
 // clusterRuntime is a member's cluster machinery, started before the
 // daemon and stopped after it.
 type clusterRuntime struct {
-	node   *cluster.Node
-	client *clientv3.Client
-	etcd   *embed.Etcd
-	fence  *fenceHelper
-	root   atomic.Pointer[fenceTarget]
-	log    *slog.Logger
+	node      *cluster.Node
+	endpoints []*clientv3.Client
+	fences    prometheus.Counter
+	client    *clientv3.Client
+	etcd      *embed.Etcd
+	fence     *fenceHelper
+	root      atomic.Pointer[fenceTarget]
+	log       *slog.Logger
 }
 
 // fenceTarget is where the node's fence goes once the daemon runs.
@@ -129,7 +145,10 @@ type fenceTarget struct {
 // startCluster starts the embedded etcd member (if any), connects, starts
 // the out-of-process fence and joins the cluster as the member at addr.
 func startCluster(ctx context.Context, o *clusterOptions, tlsFiles cluster.TLSFiles, addr string, stderr io.Writer, log *slog.Logger) (*clusterRuntime, error) {
-	rt := &clusterRuntime{log: log}
+	rt := &clusterRuntime{log: log, fences: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "supervisor_cluster_fences_total",
+		Help: "Times this member fenced itself (stopped every app-server) because its etcd lease could not be renewed in time.",
+	})}
 	ok := false
 	defer func() {
 		if !ok {
@@ -156,6 +175,15 @@ func startCluster(ctx context.Context, o *clusterOptions, tlsFiles cluster.TLSFi
 		return nil, err
 	}
 	rt.client = c
+	// One client per endpoint, the embedded member's own first: renewals
+	// move to the next endpoint when one hangs (cluster.Config.Endpoints).
+	local := ""
+	if o.embedded() {
+		local = o.etcdClient
+	}
+	if rt.endpoints, err = cluster.EndpointClients(endpoints, local, tlsFiles); err != nil {
+		return nil, err
+	}
 	if o.fenceHelper {
 		if rt.fence, err = startFenceHelper(o.fenceHelperF, o.member, stderr); err != nil {
 			return nil, err
@@ -165,9 +193,10 @@ func startCluster(ctx context.Context, o *clusterOptions, tlsFiles cluster.TLSFi
 	jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	rt.node, err = cluster.Join(jctx, cluster.Config{
-		Client: c, Cluster: o.name, Member: o.member, Addr: addr,
+		Client: c, Endpoints: rt.endpoints, Cluster: o.name, Member: o.member, Addr: addr,
 		TTL: o.leaseTTL, Margin: o.fenceMargin, Logger: log,
 		OnFence: func() {
+			rt.fences.Inc()
 			if t := rt.root.Load(); t != nil {
 				t.engine.Send(t.root, actors.Fence{})
 			}
@@ -216,6 +245,9 @@ func (rt *clusterRuntime) close() {
 	if rt.client != nil {
 		rt.client.Close()
 	}
+	for _, c := range rt.endpoints {
+		c.Close()
+	}
 	if rt.etcd != nil {
 		rt.etcd.Close()
 	}
@@ -258,11 +290,12 @@ func startFenceHelper(exe, member string, stderr io.Writer) (*fenceHelper, error
 	return h, nil
 }
 
-// deadline tells the helper the new fence time, as the time left.
+// deadline tells the helper the new fence time, an instant on the boot
+// clock (the node's clock, cluster.BootNow).
 func (h *fenceHelper) deadline(at time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, _ = fmt.Fprintf(h.in, "%d\n", time.Until(at).Milliseconds())
+	_, _ = fmt.Fprintf(h.in, "%d\n", at.UnixNano())
 }
 
 // stop closes the helper's input (it exits, killing nothing that is

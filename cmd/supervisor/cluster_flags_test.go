@@ -36,6 +36,12 @@ func TestClusterSettings(t *testing.T) {
 		t.Fatalf("cluster settings: %+v", o.cluster)
 	}
 
+	// An external etcd with a slower election, in a window that holds it.
+	if _, err := loadServeOptions(append(append([]string{}, base...), "--cluster", "prod", "--member", "n1", "--etcd-endpoints", "http://x:2379",
+		"--lease-ttl", "10s", "--fence-margin", "4s", "--etcd-election-timeout", "2s"), noEnv, &bytes.Buffer{}); err != nil {
+		t.Errorf("TTL 10s, margin 4s, election 2s: %v", err)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		want []string
@@ -47,6 +53,12 @@ func TestClusterSettings(t *testing.T) {
 		{[]string{"--cluster", "prod", "--etcd-name", "n1"}, []string{"--etcd-name needs --etcd-dir"}},
 		{[]string{"--cluster", "prod", "--member", "n1", "--etcd-endpoints", "http://x:2379", "--lease-ttl", "5s", "--fence-margin", "5s"},
 			[]string{"must be positive and below --lease-ttl"}},
+		// A window too short to outlast an etcd election: a member's death
+		// would fence the survivors.
+		{[]string{"--cluster", "prod", "--member", "n1", "--etcd-endpoints", "http://x:2379", "--lease-ttl", "5s", "--fence-margin", "3s"},
+			[]string{"fence window", "two etcd election timeouts"}},
+		{[]string{"--cluster", "prod", "--member", "n1", "--etcd-endpoints", "http://x:2379", "--lease-ttl", "5s", "--fence-margin", "2s", "--etcd-election-timeout", "2s"},
+			[]string{"fence window", "2 × 2s"}},
 	} {
 		var stderr bytes.Buffer
 		if _, err := loadServeOptions(append(append([]string{}, base...), tc.args...), noEnv, &stderr); err == nil {

@@ -328,6 +328,15 @@ func TestClusterFailover(t *testing.T) {
 	via := (owner + 1) % 3
 	t.Logf("alice is owned by %s; the mid-stream round goes through %s", tc.members[owner].id, tc.members[via].id)
 
+	// The bystander: a user a survivor owns, whose app-server must not
+	// notice the owner's death (no survivor fences).
+	by, byOwner := tc.userOwnedBesides(clients[0], owner)
+	byApp := tc.appServersOf(tc.home(by))
+	if len(byApp) != 1 {
+		t.Fatalf("the bystander %s has app-servers %v, want one", by, byApp)
+	}
+	t.Logf("the bystander %s is owned by %s", by, tc.members[byOwner].id)
+
 	// A relayed round streams; its owner is SIGKILLed.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -375,6 +384,52 @@ func TestClusterFailover(t *testing.T) {
 	if !slices.Contains(seen, "message 0") || !slices.Contains(seen, "message 2") {
 		t.Fatalf("the model saw %q in the resumed thread, want the earlier messages", seen)
 	}
+
+	// The survivors never fenced; the bystander's app-server is the one it
+	// had, and its next round runs on it.
+	for i, m := range tc.members {
+		if i == owner {
+			continue
+		}
+		if v := tc.metric(i, "supervisor_cluster_fences_total"); v != 0 {
+			t.Errorf("survivor %s fenced %v times after %s died", m.id, v, tc.members[owner].id)
+		}
+	}
+	if now := tc.appServersOf(tc.home(by)); !slices.Equal(now, byApp) {
+		t.Errorf("the bystander %s's app-servers went from %v to %v across %s's death", by, byApp, now, tc.members[owner].id)
+	}
+	if _, v, _ := roundRetrying(t, clients[byOwner], messages.StartRound{User: by, Thread: "t1", Text: "still here"}, time.Minute); v.Status != messages.StatusCompleted || !v.Resumed {
+		t.Errorf("the bystander's round after the death: %+v", v)
+	}
+}
+
+// userOwnedBesides runs a first round for users until one lands on a
+// member other than not, and returns the user and its owner.
+func (tc *testCluster) userOwnedBesides(c *client.Client, not int) (string, int) {
+	tc.t.Helper()
+	for i := range 20 {
+		user := fmt.Sprintf("bystander%d", i)
+		if _, v, _ := roundRetrying(tc.t, c, messages.StartRound{User: user, Thread: "t1", Text: "hello"}, time.Minute); v.Status != messages.StatusCompleted {
+			tc.t.Fatalf("%s's first round: %+v", user, v)
+		}
+		if o := tc.ownerOf(user); o != not && o >= 0 {
+			return user, o
+		}
+	}
+	tc.t.Fatal("20 users all landed on one member")
+	return "", -1
+}
+
+// metric reads a counter or gauge of member i's /metrics.
+func (tc *testCluster) metric(i int, name string) float64 {
+	tc.t.Helper()
+	listen := tc.members[i].srv.waitMsg("metrics serving")["listen"]
+	_, body := opsHTTP(tc.t, fmt.Sprintf("http://%s/metrics", listen))
+	v, ok := opsMetric(body, name, "")
+	if !ok {
+		tc.t.Fatalf("member %s's /metrics lacks %s", tc.members[i].id, name)
+	}
+	return v
 }
 
 // --- the long suite (-cluster.long) ---

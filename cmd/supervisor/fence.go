@@ -13,19 +13,25 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meshweaver/supervisor/cluster"
 	"github.com/meshweaver/supervisor/procs"
 )
 
 // fenceCmd is `supervisor fence`, the out-of-process fence of a cluster
 // member. serve starts it (in its own process group) and writes it, on
-// stdin, the milliseconds left until each new fence time: a lease renewal
-// moves it on. The app-servers run in process groups of their own, so a
+// stdin, each new fence time: a lease renewal moves it on. The app-servers run in process groups of their own, so a
 // daemon that is paused (SIGSTOP) or hung does not pause them, and its
 // in-process fence cannot run; this one does: when the fence time passes
 // without a newer one, it SIGKILLs every app-server group the daemon
 // started, before the lease can expire and another member take the users
 // over. When its input ends (the daemon exited, however) it kills what is
 // left of them and exits.
+//
+// Each line is the fence time itself, an instant on the boot clock
+// (cluster.BootNow, nanoseconds), not the time left: a line read late
+// (the helper descheduled) does not move the fence later, and a machine
+// suspended past the fence time wakes past it, where the monotonic
+// clock would have stood still.
 func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fence", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -41,17 +47,17 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 	}
 	_ = ctx // a signal does not end the fence: only the end of its input does
 	f := &fence{daemon: *pid, member: *member, out: stderr, known: map[int]procs.ID{}, self: os.Getpid()}
-	lines := make(chan time.Duration)
+	lines := make(chan time.Time)
 	ended := make(chan struct{})
 	go func() { // ends with the input: the daemon holds the only writer
 		defer close(ended)
 		sc := bufio.NewScanner(stdin)
 		for sc.Scan() {
-			ms, err := strconv.ParseInt(strings.TrimSpace(sc.Text()), 10, 64)
+			ns, err := strconv.ParseInt(strings.TrimSpace(sc.Text()), 10, 64)
 			if err != nil {
 				continue
 			}
-			lines <- time.Duration(ms) * time.Millisecond
+			lines <- time.Unix(0, ns)
 		}
 	}()
 	var deadline time.Time // zero: no lease yet, nothing to fence
@@ -59,8 +65,8 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 	defer tick.Stop()
 	for {
 		select {
-		case left := <-lines:
-			deadline = time.Now().Add(left)
+		case at := <-lines:
+			deadline = at
 		case <-ended:
 			if n := f.kill(); n > 0 {
 				f.logf("the daemon ended and left %d app-server groups: killed", n)
@@ -68,9 +74,9 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 			return nil
 		case <-tick.C:
 			f.scan()
-			if !deadline.IsZero() && !time.Now().Before(deadline) {
+			if now := cluster.BootNow(); !deadline.IsZero() && !now.Before(deadline) {
 				if n := f.kill(); n > 0 {
-					f.logf("the daemon did not renew its lease in time (fence time passed %v ago): killed %d app-server groups", time.Since(deadline).Round(time.Millisecond), n)
+					f.logf("the daemon did not renew its lease in time (fence time passed %v ago): killed %d app-server groups", now.Sub(deadline).Round(time.Millisecond), n)
 				}
 			}
 		}

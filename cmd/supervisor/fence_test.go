@@ -5,12 +5,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/cluster"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 	"github.com/meshweaver/supervisor/testkit/syncbuf"
 )
@@ -60,7 +62,7 @@ func TestFenceKillsPastTheDeadline(t *testing.T) {
 	var wrote time.Time
 	for range 10 {
 		wrote = time.Now()
-		if _, err := fmt.Fprintln(feed, left.Milliseconds()); err != nil {
+		if _, err := fmt.Fprintln(feed, cluster.BootNow().Add(left).UnixNano()); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond) // the daemon's renewal period, not a wait for an outcome
@@ -104,7 +106,7 @@ func TestFenceKillsWhatADeadDaemonLeft(t *testing.T) {
 	go func() {
 		done <- fenceCmd(context.Background(), []string{"--daemon-pid", strconv.Itoa(sh.Process.Pid), "--poll", "10ms"}, in, &log)
 	}()
-	if _, err := fmt.Fprintln(feed, 60_000); err != nil { // a lease renewed: far from the fence time
+	if _, err := fmt.Fprintln(feed, cluster.BootNow().Add(time.Minute).UnixNano()); err != nil { // a lease renewed: far from the fence time
 		t.Fatal(err)
 	}
 	// Once the fence knows the app-server, the daemon dies; an unrenewed
@@ -131,5 +133,44 @@ func TestFenceKillsWhatADeadDaemonLeft(t *testing.T) {
 	}
 	if !proctest.Poll(5*time.Second, 10*time.Millisecond, func() bool { return !proctest.Alive(app) }) {
 		t.Fatalf("the dead daemon's app-server was left running:\n%s", log.String())
+	}
+}
+
+// TestFenceTimeIsAnInstant: a fence time the helper reads after it has
+// passed (the helper descheduled, or the machine suspended, while the
+// line waited in the pipe) kills at once: the line names the instant, so
+// a late read does not move the fence later.
+func TestFenceTimeIsAnInstant(t *testing.T) {
+	sh, app := fakeDaemon(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	at := cluster.BootNow().Add(300 * time.Millisecond)
+	if _, err := fmt.Fprintln(w, at.UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	for cluster.BootNow().Before(at.Add(700 * time.Millisecond)) { // the line waits, unread, past its instant
+		time.Sleep(50 * time.Millisecond)
+	}
+	var log syncbuf.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- fenceCmd(context.Background(), []string{"--daemon-pid", strconv.Itoa(sh.Process.Pid), "--poll", "10ms"}, r, &log)
+	}()
+	read := time.Now()
+	if !proctest.Poll(10*time.Second, 10*time.Millisecond, func() bool { return !proctest.Alive(app) }) {
+		t.Fatalf("the app-server outlived a fence time read after it passed:\n%s", log.String())
+	}
+	// A relative reading would have waited 300ms from the read.
+	if took := time.Since(read); took >= 300*time.Millisecond {
+		t.Errorf("killed %v after the late read: the late read moved the fence", took)
+	}
+	w.Close()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fence did not exit at the end of its input")
 	}
 }

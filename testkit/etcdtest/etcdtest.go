@@ -1,0 +1,281 @@
+// Package etcdtest runs an etcd cluster of separate processes for tests,
+// as production runs etcd beside the daemons: each member is the test
+// binary itself, started again in the member's role (Main), so a test can
+// SIGKILL, SIGSTOP and SIGCONT one member as it would a real etcd.
+//
+// The members run etcd's own defaults for the raft timings (a heartbeat
+// every 100 ms, an election after 1 s of silence), the defaults an
+// operator's etcd has unless tuned.
+package etcdtest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// env names the member a process runs as: name,dir,peer,client,initial.
+const env = "MESHWEAVER_ETCDTEST_MEMBER"
+
+// ElectionTimeout is the members' raft election timeout.
+const ElectionTimeout = time.Second
+
+// Main runs this process as an etcd member when a Cluster started it so,
+// and never returns then; otherwise it returns at once. Call it first in
+// TestMain.
+func Main() {
+	spec := os.Getenv(env)
+	if spec == "" {
+		return
+	}
+	if err := member(spec); err != nil {
+		fmt.Fprintln(os.Stderr, "etcdtest member:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func member(spec string) error {
+	f := strings.SplitN(spec, ",", 5)
+	if len(f) != 5 {
+		return fmt.Errorf("bad %s %q", env, spec)
+	}
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir = f[0], f[1]
+	peer, err := url.Parse(f[2])
+	if err != nil {
+		return err
+	}
+	client, err := url.Parse(f[3])
+	if err != nil {
+		return err
+	}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.InitialCluster = strings.ReplaceAll(f[4], ";", ",")
+	cfg.InitialClusterToken = "etcdtest"
+	cfg.TickMs, cfg.ElectionMs = 100, uint(ElectionTimeout/time.Millisecond)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	if _, err := os.Stat(filepath.Join(cfg.Dir, "member")); err == nil {
+		cfg.ClusterState = embed.ClusterStateFlagExisting
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case <-e.Server.ReadyNotify():
+		fmt.Println("ready")
+	case err := <-e.Err():
+		return err
+	case <-sig:
+		return nil
+	}
+	select {
+	case err := <-e.Err():
+		return err
+	case <-sig:
+		return nil
+	}
+}
+
+// Cluster is n etcd member processes on loopback.
+type Cluster struct {
+	Members []*Member
+	t       testing.TB
+}
+
+// Member is one etcd process.
+type Member struct {
+	Name, Dir, Peer, Client string
+	cmd                     *exec.Cmd
+	done, readyCh           chan struct{}
+	initial                 string
+	t                       testing.TB
+}
+
+// Start runs n members and waits until each serves. Cleanup ends them.
+func Start(t testing.TB, n int) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t}
+	var initial []string
+	for i := range n {
+		m := &Member{Name: fmt.Sprintf("e%d", i), Dir: filepath.Join(t.TempDir(), "etcd"),
+			Peer: "http://" + freeAddr(t), Client: "http://" + freeAddr(t), t: t}
+		initial = append(initial, m.Name+"="+m.Peer)
+		c.Members = append(c.Members, m)
+	}
+	for _, m := range c.Members {
+		m.initial = strings.Join(initial, ";")
+		m.start()
+	}
+	for _, m := range c.Members {
+		m.waitReady()
+	}
+	return c
+}
+
+// Endpoints are the members' client URLs, comma-separated.
+func (c *Cluster) Endpoints() string {
+	var eps []string
+	for _, m := range c.Members {
+		eps = append(eps, m.Client)
+	}
+	return strings.Join(eps, ",")
+}
+
+// Leader is the index of the member that leads, as the live members see
+// it, waiting up to 10 s for one.
+func (c *Cluster) Leader() int {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, m := range c.Members {
+			if !m.Running() {
+				continue
+			}
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.Client}, DialTimeout: time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			st, err := cli.Status(ctx, m.Client)
+			cancel()
+			cli.Close()
+			if err != nil || st.Leader == 0 {
+				continue
+			}
+			for i, o := range c.Members {
+				if o.id(st) {
+					return i
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // a poll of etcd's status, not a wait for an outcome
+	}
+	c.t.Fatal("etcdtest: no leader within 10s")
+	return -1
+}
+
+// id reports whether st's leader is m (etcd names members by id; the
+// status lists none, so the leader's client URL is asked its own id).
+func (m *Member) id(st *clientv3.StatusResponse) bool {
+	if !m.Running() {
+		return false
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.Client}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return false
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	own, err := cli.Status(ctx, m.Client)
+	return err == nil && own.Header.MemberId == st.Leader
+}
+
+func (m *Member) start() {
+	m.t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.cmd = exec.Command(exe, "-test.run=^$")
+	m.cmd.Env = append(os.Environ(), env+"="+strings.Join([]string{m.Name, m.Dir, m.Peer, m.Client, m.initial}, ","))
+	m.cmd.Stderr = os.Stderr
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	out, err := m.cmd.StdoutPipe()
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	if err := m.cmd.Start(); err != nil {
+		m.t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	m.done = make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				close(ready)
+			}
+		}
+		_ = m.cmd.Wait()
+		close(m.done)
+	}()
+	m.readyCh = ready
+	cmd, done := m.cmd, m.done
+	m.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+	})
+}
+
+func (m *Member) waitReady() {
+	m.t.Helper()
+	select {
+	case <-m.readyCh:
+	case <-m.done:
+		m.t.Fatalf("etcd member %s exited while starting", m.Name)
+	case <-time.After(60 * time.Second):
+		m.t.Fatalf("etcd member %s not ready within 60s", m.Name)
+	}
+}
+
+// Running reports whether the member's process has not exited.
+func (m *Member) Running() bool {
+	select {
+	case <-m.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill SIGKILLs the member and waits for its exit.
+func (m *Member) Kill() {
+	_ = m.cmd.Process.Signal(syscall.SIGKILL)
+	<-m.done
+}
+
+// Stop pauses the member (SIGSTOP); Cont resumes it.
+func (m *Member) Stop() { _ = m.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Cont resumes a paused member.
+func (m *Member) Cont() { _ = m.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Restart starts a killed member again on its data and waits until it
+// serves.
+func (m *Member) Restart() {
+	m.t.Helper()
+	m.start()
+	m.waitReady()
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
