@@ -211,8 +211,15 @@ func (g *Gate) Check(in Input) (any, bool) {
 
 // checkRelayReply decides a message to one of the daemon's relays: an
 // owner's answer, which has no sender to answer and gets none.
+//
+// A member's answers are not held to the per-peer rate: they are the
+// streams of every round it runs for users whose callers came in through
+// this member (a round's text deltas alone pass 20 a second), and those
+// callers were held to the rate here, at the way in. Dropping one would
+// leave its round without its events or its verdict.
 func (g *Gate) checkRelayReply(in Input, key string) (any, bool) {
-	if !g.peers.allowMsg(key, g.cfg.Now()) {
+	member := g.cfg.Policy.Allows(in.Identity, "*", KindCluster)
+	if !member && !g.peers.allowMsg(key, g.cfg.Now()) {
 		g.refuse(in, key, ReasonRate, nil, fmt.Errorf("rate limited: %g messages/s per peer (burst %d)", g.cfg.PeerRate, g.cfg.PeerBurst))
 		return nil, false
 	}
@@ -229,7 +236,7 @@ func (g *Gate) checkRelayReply(in Input, key string) (any, bool) {
 		g.refuse(in, key, ReasonTarget, nil, fmt.Errorf("a relay takes answers only, not %T", msg))
 		return nil, false
 	}
-	if !g.cfg.Policy.Allows(in.Identity, "*", KindCluster) {
+	if !member {
 		g.refuse(in, key, ReasonUnauthorized, nil, fmt.Errorf("identity %q is not a member of the cluster", in.Identity))
 		return nil, false
 	}

@@ -56,3 +56,28 @@ func TestGateRelayAnswers(t *testing.T) {
 		t.Fatal("a relay target passed a gate without Relays")
 	}
 }
+
+// TestGateRelayStreamsAreNotRateLimited: a member streams 500 events of
+// relayed rounds in one instant (the clock does not move) and every one
+// reaches the relay: its callers were held to the rate where they came in,
+// and a dropped event or verdict would hang a round. A caller's identity
+// sending answers to a relay is still held to the rate (then refused).
+func TestGateRelayStreamsAreNotRateLimited(t *testing.T) {
+	p := mustPolicy(t, `{"version": 1, "grants": [
+		{"identities": ["spiffe://mesh/supervisor-*"], "users": ["*"], "kinds": ["cluster"]},
+		{"identities": ["spiffe://mesh/gateway"], "users": ["*"], "kinds": ["rounds"]}]}`)
+	relay := actor.NewPID(self, "meshweaver/root/relay/h1-3")
+	r := newRig(t, p, func(c *Config) { c.Relays = "meshweaver/root/relay/" })
+	for i := range 500 {
+		ev := messages.RoundEvent{RoundID: "r1", Seq: uint64(i + 1), Kind: messages.KindText, Text: "x"}
+		if _, ok := r.g.Check(Input{Identity: "spiffe://mesh/supervisor-2", Addr: peer, Target: relay, Msg: enc(t, ev)}); !ok {
+			t.Fatalf("event %d of a member's relayed stream refused", i+1)
+		}
+	}
+	for range 100 {
+		r.g.Check(Input{Identity: "spiffe://mesh/gateway", Addr: peer, Target: relay, Msg: enc(t, messages.RoundFinished{RoundID: "r1"})})
+	}
+	if got := testutil.ToFloat64(r.rej.WithLabelValues(ReasonRate)); got == 0 {
+		t.Fatal("a non-member's flood of answers to a relay was not rate limited")
+	}
+}
