@@ -185,7 +185,7 @@ func startCluster(ctx context.Context, o *clusterOptions, tlsFiles cluster.TLSFi
 		return nil, err
 	}
 	if o.fenceHelper {
-		if rt.fence, err = startFenceHelper(o.fenceHelperF, o.member, stderr); err != nil {
+		if rt.fence, err = startFenceHelper(o.fenceHelperF, o.member, o.embedded(), stderr); err != nil {
 			return nil, err
 		}
 	}
@@ -266,7 +266,7 @@ type fenceHelper struct {
 	done chan struct{}
 }
 
-func startFenceHelper(exe, member string, stderr io.Writer) (*fenceHelper, error) {
+func startFenceHelper(exe, member string, killStopped bool, stderr io.Writer) (*fenceHelper, error) {
 	if exe == "" {
 		var err error
 		if exe, err = os.Executable(); err != nil {
@@ -274,6 +274,9 @@ func startFenceHelper(exe, member string, stderr io.Writer) (*fenceHelper, error
 		}
 	}
 	cmd := exec.Command(exe, "fence", "--daemon-pid", fmt.Sprint(os.Getpid()), "--member", member)
+	if killStopped {
+		cmd.Args = append(cmd.Args, "--kill-stopped-daemon")
+	}
 	// Its own group: a signal to the daemon's group (a terminal's ^Z,
 	// SIGSTOP to the group) does not pause the fence.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -23,6 +23,7 @@ import (
 	"github.com/meshweaver/supervisor/procs"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
+	"github.com/meshweaver/supervisor/testkit/etcdtest"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 )
@@ -54,7 +55,8 @@ type testCluster struct {
 	checkDone              chan struct{}
 	mu                     sync.Mutex
 	violations             []string
-	extra                  []string // more serve flags
+	extra                  []string          // more serve flags
+	external               *etcdtest.Cluster // nil: each member runs an embedded etcd member
 }
 
 type clusterMember struct {
@@ -64,9 +66,21 @@ type clusterMember struct {
 
 func newTestCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
+	return startTestCluster(t, n, nil, extra)
+}
+
+// newTestClusterOn is n `supervisor serve` processes without etcd of
+// their own, on the etcd cluster ec: production's topology.
+func newTestClusterOn(t *testing.T, n int, ec *etcdtest.Cluster, extra ...string) *testCluster {
+	t.Helper()
+	return startTestCluster(t, n, ec, extra)
+}
+
+func startTestCluster(t *testing.T, n int, ec *etcdtest.Cluster, extra []string) *testCluster {
+	t.Helper()
 	root := t.TempDir()
 	tc := &testCluster{t: t, bin: codexBin(t), root: root, exe: opsBuild(t, root),
-		homes: filepath.Join(root, "homes"), workspace: filepath.Join(root, "workspace"), extra: extra}
+		homes: filepath.Join(root, "homes"), workspace: filepath.Join(root, "workspace"), extra: extra, external: ec}
 	if err := os.MkdirAll(tc.workspace, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +115,9 @@ func newTestCluster(t *testing.T, n int, extra ...string) *testCluster {
 	for i := range tc.members {
 		tc.members[i].srv.waitMsg("supervisor serving")
 	}
+	if ec != nil {
+		clients = []string{ec.Endpoints()}
+	}
 	c, err := cluster.NewClient(strings.Join(clients, ","), cluster.TLSFiles{})
 	if err != nil {
 		t.Fatal(err)
@@ -125,10 +142,15 @@ func (tc *testCluster) start(i int, initial, clients string) {
 	m := tc.members[i]
 	args := []string{"serve", "--listen", m.addr, "--homes", tc.homes, "--workspace", tc.workspace, "--codex", tc.bin,
 		"--log-format", "json", "--stop-timeout", "20s", "--metrics-listen", "127.0.0.1:0",
-		"--cluster", "c1", "--member", m.id, "--etcd-name", m.id, "--etcd-dir", m.dir,
-		"--etcd-peer-listen", m.peer, "--etcd-client-listen", m.client, "--etcd-initial-cluster", initial,
-		"--etcd-endpoints", clients,
+		"--cluster", "c1", "--member", m.id,
 		"--lease-ttl", testLeaseTTL.String(), "--fence-margin", testFenceMargin.String()}
+	if tc.external != nil {
+		args = append(args, "--etcd-endpoints", tc.external.Endpoints(), "--etcd-election-timeout", etcdtest.ElectionTimeout.String())
+	} else {
+		args = append(args, "--etcd-name", m.id, "--etcd-dir", m.dir,
+			"--etcd-peer-listen", m.peer, "--etcd-client-listen", m.client, "--etcd-initial-cluster", initial,
+			"--etcd-endpoints", clients)
+	}
 	args = append(args, servable(tc.t, tc.root, tc.workspace)...)
 	for _, kv := range codexhome.Overrides(tc.model.URL()) {
 		args = append(args, "--codex-override", kv)
@@ -451,7 +473,11 @@ func (tc *testCluster) home(user string) string {
 
 // TestClusterSIGSTOPFenced: a paused member's app-servers are killed by
 // its fence before its lease can expire, so the user's next owner never
-// runs beside them; after SIGCONT the member rejoins.
+// runs beside them; past its fence time the helper kills the paused
+// daemon too, so its etcd member cannot come back as a stale leader. The
+// other two members are the bystanders: neither fences, and a user one of
+// them owns keeps its app-server. The killed member, restarted as its
+// service manager would, rejoins and serves.
 func TestClusterSIGSTOPFenced(t *testing.T) {
 	longCluster(t)
 	tc := newTestCluster(t, 3)
@@ -465,6 +491,8 @@ func TestClusterSIGSTOPFenced(t *testing.T) {
 	if n := len(tc.appServersOf(home)); n != 1 {
 		t.Fatalf("bob has %d app-servers, want 1", n)
 	}
+	by, byOwner := tc.userOwnedBesides(tc.dial((owner+1)%3), owner)
+	byApp := tc.appServersOf(tc.home(by))
 	m := tc.members[owner]
 	stopped := time.Now()
 	if err := m.srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -484,19 +512,35 @@ func TestClusterSIGSTOPFenced(t *testing.T) {
 	if gone.Sub(stopped) >= testLeaseTTL {
 		t.Fatalf("fenced %v after the pause: the lease (TTL %v) could have expired first", gone.Sub(stopped), testLeaseTTL)
 	}
+	if !m.srv.wait(opsWait) {
+		t.Fatal("the paused daemon was not killed by its fence helper")
+	}
 	other := tc.dial((owner + 1) % 3)
 	if _, v, _ := roundRetrying(t, other, messages.StartRound{User: user, Thread: "t1", Text: "second"}, time.Minute); v.Status != messages.StatusCompleted || !v.Resumed {
 		t.Fatalf("round on the survivor: %+v", v)
 	}
-	if err := m.srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
+	took := time.Since(stopped)
+	t.Logf("bob resumed on a survivor %v after the SIGSTOP", took.Round(time.Millisecond))
+	for i, mm := range tc.members {
+		if i != owner {
+			if v := tc.metric(i, "supervisor_cluster_fences_total"); v != 0 {
+				t.Errorf("survivor %s fenced %v times", mm.id, v)
+			}
+		}
 	}
-	// The resumed member fences itself, rejoins with a new lease, and
-	// serves rounds again (relaying bob's to the new owner).
+	if now := tc.appServersOf(tc.home(by)); !slices.Equal(now, byApp) {
+		t.Errorf("the bystander %s (on %s) had app-servers %v, now %v", by, tc.members[byOwner].id, byApp, now)
+	}
+	// Restarted on its etcd data, the member rejoins and serves rounds
+	// again (relaying bob's to the new owner).
+	restarted := time.Now()
+	tc.restart(owner)
+	m.srv.waitMsg("supervisor serving")
 	back := tc.dial(owner)
 	if _, v, _ := roundRetrying(t, back, messages.StartRound{User: user, Thread: "t1", Text: "third"}, time.Minute); v.Status != messages.StatusCompleted || !v.Resumed {
-		t.Fatalf("round through the resumed member: %+v", v)
+		t.Fatalf("round through the restarted member: %+v", v)
 	}
+	t.Logf("the restarted member served bob's round %v after its start", time.Since(restarted).Round(time.Millisecond))
 }
 
 // TestClusterRejoinAndLeave: a member SIGKILLed and restarted on its etcd
@@ -633,4 +677,106 @@ func TestClusterQuorumLoss(t *testing.T) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal("the refusal took the whole deadline")
 	}
+}
+
+// TestClusterExternalEtcd: production's topology, three daemons on an etcd
+// cluster of three processes of its own. etcd's leader is SIGKILLed, then
+// a follower is frozen (SIGSTOP) for longer than the lease TTL and
+// resumed, then the leader: each is an election, or nothing, to wait out.
+// Every daemon is a bystander: none fences, every user's app-server is the
+// one it had, and every user's next round completes on it (after the
+// leader's resume, see below).
+func TestClusterExternalEtcd(t *testing.T) {
+	ec := etcdtest.Start(t, 3)
+	tc := newTestClusterOn(t, 3, ec)
+	c := tc.dial(0)
+	users := []string{"ada", "bea", "cy", "dot", "eve", "fay"}
+	apps := map[string][]int{}
+	for _, u := range users {
+		if _, v, _ := roundRetrying(t, c, messages.StartRound{User: u, Thread: "t1", Text: "first"}, time.Minute); v.Status != messages.StatusCompleted {
+			t.Fatalf("%s's first round: %+v", u, v)
+		}
+		apps[u] = tc.appServersOf(tc.home(u))
+		if len(apps[u]) != 1 {
+			t.Fatalf("%s has app-servers %v, want one", u, apps[u])
+		}
+	}
+	untouched := func(when string) {
+		t.Helper()
+		for i, m := range tc.members {
+			if v := tc.metric(i, "supervisor_cluster_fences_total"); v != 0 {
+				t.Errorf("%s: member %s fenced %v times", when, m.id, v)
+			}
+		}
+		for _, u := range users {
+			if now := tc.appServersOf(tc.home(u)); !slices.Equal(now, apps[u]) {
+				t.Errorf("%s: %s's app-servers went from %v to %v", when, u, apps[u], now)
+			}
+		}
+	}
+	// watch holds the quiet: two fence windows, checking all the while
+	// that every app-server lives (a fence would kill some at once).
+	watch := func(when string) {
+		t.Helper()
+		end := time.Now().Add(2 * (testLeaseTTL - testFenceMargin))
+		for time.Now().Before(end) {
+			for _, u := range users {
+				for _, pid := range apps[u] {
+					if !proctest.Alive(pid) {
+						t.Fatalf("%s: %s's app-server %d died", when, u, pid)
+					}
+				}
+			}
+			time.Sleep(100 * time.Millisecond) // a scan period across a window that must stay quiet
+		}
+		untouched(when)
+	}
+
+	leader := ec.Leader()
+	t.Logf("SIGKILL of etcd's leader e%d", leader)
+	ec.Members[leader].Kill()
+	watch("after the etcd leader's SIGKILL")
+	for i, u := range users {
+		if _, v, _ := roundRetrying(t, tc.dial(i%3), messages.StartRound{User: u, Thread: "t1", Text: "after the kill"}, time.Minute); v.Status != messages.StatusCompleted || !v.Resumed {
+			t.Errorf("%s's round after the etcd leader's death: %+v", u, v)
+		}
+	}
+	ec.Members[leader].Restart()
+
+	leader = ec.Leader()
+	follower := (leader + 1) % 3
+	t.Logf("SIGSTOP of etcd's follower e%d past the TTL", follower)
+	ec.Members[follower].Stop()
+	watch("while an etcd follower is frozen")
+	ec.Members[follower].Cont()
+	for i, u := range users {
+		if _, v, _ := roundRetrying(t, tc.dial((i+1)%3), messages.StartRound{User: u, Thread: "t1", Text: "after the freeze"}, time.Minute); v.Status != messages.StatusCompleted || !v.Resumed {
+			t.Errorf("%s's round after the etcd follower's freeze: %+v", u, v)
+		}
+	}
+	untouched("after the follower's freeze")
+
+	// The leader frozen past the TTL is an election to wait out too. When
+	// it resumes, etcd itself may revoke every lease: the old leader's
+	// lessor finds them all expired and its revocation is forwarded to the
+	// new leader (etcd-io/etcd#15247; its guard skips the check when the
+	// member ticked a moment ago, which a resumed process always has).
+	// Then every member fences (its lease is gone: consistency first) and
+	// must be back serving at once.
+	leader = ec.Leader()
+	t.Logf("SIGSTOP of etcd's leader e%d past the TTL", leader)
+	ec.Members[leader].Stop()
+	watch("while the etcd leader is frozen")
+	ec.Members[leader].Cont()
+	resumed := time.Now()
+	for i, u := range users {
+		if _, v, _ := roundRetrying(t, tc.dial(i%3), messages.StartRound{User: u, Thread: "t1", Text: "after the leader's freeze"}, time.Minute); v.Status != messages.StatusCompleted || !v.Resumed {
+			t.Errorf("%s's round after the etcd leader's freeze: %+v", u, v)
+		}
+	}
+	fences := 0.0
+	for i := range tc.members {
+		fences += tc.metric(i, "supervisor_cluster_fences_total")
+	}
+	t.Logf("after the leader resumed: %v fences, every user served again %v after the SIGCONT", fences, time.Since(resumed).Round(time.Millisecond))
 }

@@ -38,6 +38,7 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 	pid := fs.Int("daemon-pid", 0, "`PID` of the daemon whose app-servers are fenced (required)")
 	member := fs.String("member", "", "the member `ID`, for the log lines")
 	poll := fs.Duration("poll", 50*time.Millisecond, "how often to look for the daemon's app-servers and at the fence time")
+	killStopped := fs.Bool("kill-stopped-daemon", false, "past the fence time, also SIGKILL the daemon itself when it is stopped (SIGSTOP, a tracer): its embedded etcd member must not resume as a stale leader")
 	if _, err := parseArgs(fs, args, noArgs); err != nil {
 		return err
 	}
@@ -47,6 +48,15 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 	}
 	_ = ctx // a signal does not end the fence: only the end of its input does
 	f := &fence{daemon: *pid, member: *member, out: stderr, known: map[int]procs.ID{}, self: os.Getpid()}
+	if *killStopped {
+		// The daemon's identity now, so that a pid reused later is never
+		// signalled.
+		st, err := procs.Host().Stat(*pid)
+		if err != nil {
+			return fmt.Errorf("supervisor fence: the daemon %d: %w", *pid, err)
+		}
+		f.daemonID = &procs.ID{PID: *pid, Start: st.Start}
+	}
 	lines := make(chan time.Time)
 	ended := make(chan struct{})
 	go func() { // ends with the input: the daemon holds the only writer
@@ -78,6 +88,7 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 				if n := f.kill(); n > 0 {
 					f.logf("the daemon did not renew its lease in time (fence time passed %v ago): killed %d app-server groups", now.Sub(deadline).Round(time.Millisecond), n)
 				}
+				f.killStopped()
 			}
 		}
 	}
@@ -85,11 +96,12 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 
 // fence is what the helper knows of the daemon's app-servers.
 type fence struct {
-	daemon int
-	self   int
-	member string
-	out    io.Writer
-	known  map[int]procs.ID // app-server group leaders, by pid
+	daemon   int
+	daemonID *procs.ID // set: kill the daemon itself when it is stopped past the fence time
+	self     int
+	member   string
+	out      io.Writer
+	known    map[int]procs.ID // app-server group leaders, by pid
 }
 
 // scan remembers the daemon's children that lead a process group of
@@ -133,6 +145,28 @@ func (f *fence) kill() int {
 		delete(f.known, pid)
 	}
 	return n
+}
+
+// killStopped SIGKILLs the daemon when it is stopped (state T, or t
+// under a tracer) past its fence time. Its lease is lost or about to be;
+// what must not happen is its embedded etcd member resuming: if that
+// member led etcd when it stopped, its lessor wakes to every lease
+// expired and revokes them all, the survivors' too, through the new
+// leader (etcd-io/etcd#15247), and every member of the cluster fences. A
+// killed daemon is restarted by its service manager and rejoins.
+func (f *fence) killStopped() {
+	if f.daemonID == nil {
+		return
+	}
+	host := procs.Host()
+	st, err := host.Stat(f.daemonID.PID)
+	if err != nil || st.Start != f.daemonID.Start || (st.State != 'T' && st.State != 't') {
+		return
+	}
+	if err := syscall.Kill(f.daemonID.PID, syscall.SIGKILL); err == nil {
+		f.logf("the daemon is stopped past its fence time: killed it (its etcd member must not come back as a stale leader)")
+		f.daemonID = nil
+	}
 }
 
 func (f *fence) logf(format string, args ...any) {

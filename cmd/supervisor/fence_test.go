@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +23,14 @@ import (
 // under the real daemon. It returns the shell and the sleep's pid.
 func fakeDaemon(t *testing.T) (*exec.Cmd, int) {
 	t.Helper()
-	sh := exec.Command("sh", "-c", "setsid sleep 60 & echo $!; wait")
+	return fakeDaemonScript(t, "setsid sleep 60 & echo $!; wait")
+}
+
+// fakeDaemonScript is fakeDaemon running script, which must print the
+// pid of its app-server stand-in first.
+func fakeDaemonScript(t *testing.T, script string) (*exec.Cmd, int) {
+	t.Helper()
+	sh := exec.Command("sh", "-c", script)
 	out, err := sh.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +176,51 @@ func TestFenceTimeIsAnInstant(t *testing.T) {
 		t.Errorf("killed %v after the late read: the late read moved the fence", took)
 	}
 	w.Close()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fence did not exit at the end of its input")
+	}
+}
+
+// TestFenceKillsAStoppedDaemon: with --kill-stopped-daemon (a member with
+// an embedded etcd), past the fence time the helper kills the app-servers
+// and leaves a running daemon alone; a daemon stopped (SIGSTOP) past it is
+// killed too, so its etcd member cannot resume as a stale leader.
+func TestFenceKillsAStoppedDaemon(t *testing.T) {
+	sh, app := fakeDaemonScript(t, "setsid sleep 60 & echo $!; wait; exec sleep 60") // lives on after its app-server
+	in, feed := io.Pipe()
+	var log syncbuf.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- fenceCmd(context.Background(), []string{"--daemon-pid", strconv.Itoa(sh.Process.Pid), "--poll", "10ms", "--kill-stopped-daemon"}, in, &log)
+	}()
+	if _, err := fmt.Fprintln(feed, cluster.BootNow().Add(-time.Second).UnixNano()); err != nil { // past already
+		t.Fatal(err)
+	}
+	if !proctest.Poll(10*time.Second, 10*time.Millisecond, func() bool { return !proctest.Alive(app) }) {
+		t.Fatalf("the app-server outlived the fence time:\n%s", log.String())
+	}
+	// Some polls past the fence time with the daemon running: it lives.
+	for range 20 {
+		time.Sleep(10 * time.Millisecond) // the helper's poll period, a window that must stay quiet
+		if p, ok := proctest.Read(sh.Process.Pid); !ok || !p.Live() {
+			t.Fatalf("the fence killed a running daemon:\n%s", log.String())
+		}
+	}
+	if err := sh.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if !proctest.Poll(10*time.Second, 10*time.Millisecond, func() bool {
+		p, ok := proctest.Read(sh.Process.Pid)
+		return !ok || !p.Live()
+	}) {
+		t.Fatalf("the stopped daemon outlived its fence time:\n%s", log.String())
+	}
+	if !strings.Contains(log.String(), "stopped past its fence time") {
+		t.Errorf("the fence's log does not say why it killed the daemon:\n%s", log.String())
+	}
+	feed.Close()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):

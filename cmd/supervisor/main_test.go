@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/meshweaver/supervisor/testkit/etcdtest"
 )
 
 // TestMain fails the package if any goroutine outlives the tests. Every
@@ -18,6 +20,7 @@ import (
 // hollywood logs to slog's default logger (a stopped connection is an
 // ERROR line there); that noise is dropped unless TEST_LOG is set.
 func TestMain(m *testing.M) {
+	etcdtest.Main() // the etcd processes of the external-etcd cluster tests are this binary
 	if os.Getenv("TEST_LOG") == "" {
 		slog.SetDefault(slog.New(slog.DiscardHandler))
 	}
