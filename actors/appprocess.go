@@ -119,6 +119,9 @@ func (a *appServerActor) launch() {
 				return
 			}
 			cfg.Wrapper, cfg.Credential = l.Wrapper, l.Credential
+			if l.Binary != "" {
+				cfg.Binary = l.Binary // reachable by the user's uid
+			}
 			cfg.Env = setEnv(cfg.Env, l.Env)
 			if l.Wrapper != nil {
 				cfg.Dir = "/" // bubblewrap changes into the workspace itself

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -70,12 +69,7 @@ func (n *Node) bwrapArgs(home, codexBin string) []string {
 		}
 	}
 	if codexBin != "" {
-		dir := filepath.Dir(codexBin)
-		if filepath.Base(dir) == "bin" {
-			// An npm vendor folder keeps the CLI's helpers (rg, its own
-			// bwrap) beside bin/.
-			dir = filepath.Dir(dir)
-		}
+		dir := cliFolder(codexBin)
 		a = append(a, "--ro-bind", dir, dir)
 	}
 	for _, p := range n.opts.ReadOnly {

@@ -38,6 +38,10 @@ type Options struct {
 	// AllowShared accepts more than one user when neither a uid switch
 	// nor bubblewrap separates them.
 	AllowShared bool
+	// CLILinks is a folder of the daemon's (only it may write there) where
+	// the CLI's folder is linked when the users' uids cannot reach it where
+	// it is installed (default DefaultCLILinks).
+	CLILinks string
 	// Root says the daemon runs as root. Without a uid switch its
 	// sandboxes then get a user namespace of their own (--unshare-user):
 	// run as plain root they kept root's capabilities on the host, and with
@@ -85,6 +89,7 @@ type Node struct {
 	mu     sync.Mutex
 	owners map[uint32]string // uid → user folder, once the homes were scanned
 	sole   string            // in shared mode, the one user folder served
+	cli    map[string]string // CLI as given → the path the users' uids run it at
 }
 
 // New returns a Node for opts; relative paths are made absolute.
@@ -98,7 +103,7 @@ func New(opts Options) (*Node, error) {
 			return nil, err
 		}
 	}
-	return &Node{opts: opts}, nil
+	return &Node{opts: opts, cli: map[string]string{}}, nil
 }
 
 // Mode names what separates users: "uid+bwrap", "uid", "bwrap" or
@@ -140,6 +145,9 @@ type Launch struct {
 	Credential *syscall.Credential
 	// Env holds KEY=VALUE pairs that replace the daemon's (HOME, TMPDIR).
 	Env []string
+	// Binary is the CLI to run: the one given, or its link where the
+	// user's uid can reach it.
+	Binary string
 }
 
 // Prepare readies home (Homes/<user>/.codex) for its app-server and says
@@ -172,6 +180,11 @@ func (n *Node) Prepare(home, codexBin string) (Launch, error) {
 			return Launch{}, fmt.Errorf("isolating %s: %w", home, err)
 		}
 		l.Credential = &syscall.Credential{Uid: uid, Gid: uid}
+		if codexBin != "" {
+			if codexBin, err = n.cliFor(codexBin); err != nil {
+				return Launch{}, fmt.Errorf("isolating %s: %w", home, err)
+			}
+		}
 	default:
 		if err := os.MkdirAll(home, 0o700); err != nil {
 			return Launch{}, fmt.Errorf("isolating %s: %w", home, err)
@@ -184,6 +197,7 @@ func (n *Node) Prepare(home, codexBin string) (Launch, error) {
 	// own sandbox execs) in a CODEX_HOME under TMPDIR, and without them
 	// that sandbox cannot start where homes live under /tmp (tests).
 	l.Env = append(l.Env, "HOME="+home, "TMPDIR=/var/tmp")
+	l.Binary = codexBin
 	if n.opts.Bwrap != "" {
 		l.Wrapper = n.bwrapArgs(home, codexBin)
 	}

@@ -77,6 +77,16 @@ func TestCLICommandLine(t *testing.T) {
 	// serve --check: 0 when valid, nothing started; the same mistakes via
 	// the environment and a config file, with the file's line numbers.
 	valid := []string{"serve", "--check", "--homes", homes, "--workspace", workspace, "--codex", codex}
+	if os.Geteuid() == 0 {
+		// As root the users get uids of their own, and --check follows a
+		// round's paths as they would: the test's 0700 folders stop them,
+		// named with the fix.
+		code, _, stderr := cliRun(t, exe, nil, valid...)
+		if code != 2 || !strings.Contains(stderr, workspace+" is out of the users' reach: "+filepath.Dir(root)) || !strings.Contains(stderr, "chmod o+x") {
+			t.Errorf("serve --check with the workspace under a 0700 folder: exit %d, stderr %q", code, stderr)
+		}
+		servable(t, root, workspace)
+	}
 	if code, stdout, stderr := cliRun(t, exe, nil, valid...); code != 0 || !strings.Contains(stdout, "valid") {
 		t.Errorf("serve --check on valid settings: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}

@@ -36,6 +36,40 @@ func (o *isolationOptions) validate() error {
 	return nil
 }
 
+// switchesUIDs reports whether the daemon will run each user's
+// app-server under a uid of its own here.
+func (o *isolationOptions) switchesUIDs() bool {
+	uids, err := isolate.ParseRange(o.uidRange)
+	return err == nil && !uids.Empty() && isolate.Detect("off", uids).SetUID
+}
+
+// unreachable names each path a round needs that the users' uids cannot
+// reach (the homes, the workspace, the --sandbox-ro paths), with the fix:
+// bubblewrap binds them as the user's uid, and the CLI reading the
+// workspace is that uid. The CLI itself is linked where they can reach it
+// (isolate.Options.CLILinks).
+func (o *isolationOptions) unreachable(homes, workspace string) []error {
+	var errs []error
+	for _, p := range append([]string{homes, workspace}, o.readOnly...) {
+		if p == "" {
+			continue
+		}
+		blocked, err := isolate.Unreachable(p)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", p, err))
+		case blocked != "":
+			mode := "?"
+			if fi, err := os.Stat(blocked); err == nil {
+				mode = fmt.Sprintf("%04o", fi.Mode().Perm())
+			}
+			errs = append(errs, fmt.Errorf("%s is out of the users' reach: %s (mode %s) does not let their uids through; every round would fail. Let them through (chmod o+x %s) or move %s",
+				p, blocked, mode, blocked, p))
+		}
+	}
+	return errs
+}
+
 // node detects what this host allows and builds the users' separation
 // from it; it fails only on an explicit --bwrap that does not work.
 func (o *isolationOptions) node(homes, workspace string, hide []string, log *slog.Logger) (*isolate.Node, error) {
@@ -69,6 +103,11 @@ func (o *isolationOptions) node(homes, workspace string, hide []string, log *slo
 	})
 	if err != nil {
 		return nil, err
+	}
+	if !uids.Empty() {
+		for _, err := range o.unreachable(homes, workspace) {
+			log.Error("a path the users' app-servers need is out of their reach", "err", err)
+		}
 	}
 	if w := n.Warning(); w != "" {
 		log.Warn(w, "isolation", n.Mode())

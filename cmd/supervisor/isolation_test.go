@@ -1,22 +1,27 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
 // testUIDs is the uid range of the isolation tests.
@@ -348,5 +353,71 @@ func TestReadyzWarnsSharedUID(t *testing.T) {
 	code, body := opsHTTP(t, "http://"+ops.Addr()+"/readyz")
 	if code != http.StatusOK || !strings.HasPrefix(body, "ready\nwarning: users are not separated") {
 		t.Errorf("/readyz = %d %q, want 200, ready and the warning", code, body)
+	}
+}
+
+// TestCLIInAPrivateClone: the project cloned where people clone things
+// (root's home, a mktemp -d folder: 0700), its CLI installed inside the
+// clone. The users' uids cannot follow that path, so the daemon links the
+// CLI into its own folder (isolate.DefaultCLILinks) and runs it from
+// there: a round completes under uid+bwrap with the real CLI, and no
+// app-server outlives the daemon.
+func TestCLIInAPrivateClone(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the uid switch needs root; CI runs as root")
+	}
+	b := newBinaryServe(t)
+	clone := filepath.Join(b.root, "clone")
+	if err := os.Mkdir(clone, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The CLI's folder (bin/ and its helpers), as an install in the clone
+	// holds it: hard links where the file systems allow, else a copy.
+	vendor := filepath.Dir(filepath.Dir(b.bin))
+	private := filepath.Join(clone, "vendor")
+	if out, err := exec.Command("cp", "-al", vendor, private).CombinedOutput(); err != nil {
+		if out, err := exec.Command("cp", "-a", vendor, private).CombinedOutput(); err != nil {
+			t.Fatalf("copying the CLI into the clone: %v: %s", err, out)
+		}
+		t.Logf("hard links failed (%s); copied", out)
+	}
+	bin := filepath.Join(private, "bin", filepath.Base(b.bin))
+	if blocked, err := isolate.Unreachable(bin); err != nil || blocked != clone {
+		t.Fatalf("the CLI in the clone: blocked at %q (%v), want %s", blocked, err, clone)
+	}
+	args := slices.Clone(b.args)
+	args[slices.Index(args, "--codex")+1] = bin
+	var linked string
+	t.Cleanup(func() { // after the daemon stopped: cleanups run last first
+		if linked != "" {
+			waitNoCodex(t, linked, b.root)
+		}
+	})
+	srv := opsStartServe(t, b.exe, args...)
+	srv.waitMsg("supervisor serving")
+
+	ctx, cancel := context.WithTimeout(t.Context(), opsRoundWait)
+	defer cancel()
+	c, err := client.Dial(ctx, b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	text, v, err := roundOnce(ctx, c, messages.StartRound{User: "pat", Thread: "t1", Text: "hello from a private clone"})
+	if err != nil || v.Status != messages.StatusCompleted || !strings.Contains(text, "hello from a private clone") {
+		t.Fatalf("the round: %q, %+v, %v", text, v, err)
+	}
+	var apps []proctest.Proc
+	for _, p := range proctest.List(proctest.NotSelf, proctest.UnderHome(b.homes)) {
+		if p.Comm == "codex" && strings.Contains(p.Cmdline(), " app-server") {
+			apps = append(apps, p)
+		}
+	}
+	if len(apps) == 0 {
+		t.Fatal("no app-server runs for pat")
+	}
+	linked = apps[0].Exe()
+	if !strings.HasPrefix(linked, isolate.DefaultCLILinks+"/") {
+		t.Errorf("pat's app-server runs %s, want the CLI linked under %s", linked, isolate.DefaultCLILinks)
 	}
 }

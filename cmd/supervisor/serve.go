@@ -21,6 +21,7 @@ import (
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/edge"
+	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
@@ -74,7 +75,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:4100", "`HOST:PORT` of the remote listener other actors reach (the address goes into every PID, so use the one peers dial)")
 	fs.StringVar(&o.homes, "homes", "", "`DIR` holding every user's folder; a user's CODEX_HOME is DIR/<user>/.codex (required)")
 	fs.StringVar(&o.workspace, "workspace", "", "`DIR`: the shared skills workspace every codex thread runs in (required)")
-	fs.StringVar(&o.codex, "codex", "", "codex `PATH` (default: $CODEX_BIN, the project-local install, then codex on PATH)")
+	fs.StringVar(&o.codex, "codex", "", "codex `PATH` (default: $CODEX_BIN, then codex on PATH; with --demo-model and neither, the project-local install); where the users' uids cannot reach it, it is run from hard links (or a copy) under "+isolate.DefaultCLILinks)
 	fs.Var(&o.overrides, "codex-override", "`key=value` passed to every app-server as -c (repeatable)")
 	fs.Var(&o.codexEnv, "codex-env", "`KEY=VALUE` added to every app-server's environment (repeatable); nothing else of the daemon's environment reaches it beyond PATH, HOME and locale")
 	fs.StringVar(&o.sandbox, "sandbox", codexproto.SandboxReadOnly, "sandbox of codex threads: read-only, workspace-write or danger-full-access")
@@ -190,6 +191,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
 			return errUsage
+		}
+		if o.isolation.switchesUIDs() {
+			if errs := o.isolation.unreachable(o.homes, o.workspace); len(errs) > 0 {
+				for _, err := range errs {
+					fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
+				}
+				return errUsage
+			}
 		}
 		fmt.Fprintf(stdout, "supervisor serve: user limits enforced here: %s\n", describeEnforced(rep))
 		fmt.Fprintln(stdout, "supervisor serve: the settings are valid")
