@@ -70,30 +70,39 @@ func cliFolder(codexBin string) string {
 	return dir
 }
 
-// cliFor is the path the users' app-servers run the CLI at: codexBin
-// when their uids can reach it, else the same file in a copy of its
-// folder under Options.CLILinks, made once per CLI build (hard links
-// where the file system allows, else copies). A project cloned into a
-// private folder (root's home, a mktemp -d) holds its CLI where no user
-// uid can follow, and bubblewrap, running as the user's uid, could not
-// bind it. Call it with n.mu held.
+// cliFor is LinkCLI into Options.CLILinks, once per CLI. Call it with
+// n.mu held.
 func (n *Node) cliFor(codexBin string) (string, error) {
 	if p, ok := n.cli[codexBin]; ok {
 		return p, nil
 	}
+	links := n.opts.CLILinks
+	if links == "" {
+		links = DefaultCLILinks
+	}
+	p, err := LinkCLI(codexBin, links)
+	if err != nil {
+		return "", err
+	}
+	n.cli[codexBin] = p
+	return p, nil
+}
+
+// LinkCLI is the path the users' app-servers run the CLI at: codexBin
+// when their uids can reach it, else the same file in a copy of its
+// folder under links, made once per CLI build (hard links where the file
+// system allows, else copies). A project cloned into a private folder
+// (root's home, a mktemp -d) holds its CLI where no user uid can follow,
+// and bubblewrap, running as the user's uid, could not bind it.
+func LinkCLI(codexBin, links string) (string, error) {
 	blocked, err := Unreachable(codexBin)
 	if err != nil {
 		return "", fmt.Errorf("the codex CLI %s: %w", codexBin, err)
 	}
 	if blocked == "" {
 		if fi, err := os.Stat(codexBin); err == nil && fi.Mode().Perm()&0o005 == 0o005 {
-			n.cli[codexBin] = codexBin
 			return codexBin, nil
 		}
-	}
-	links := n.opts.CLILinks
-	if links == "" {
-		links = DefaultCLILinks
 	}
 	src := cliFolder(codexBin)
 	rel, err := filepath.Rel(src, codexBin)
@@ -132,7 +141,6 @@ func (n *Node) cliFor(codexBin string) (string, error) {
 	if b, err := Unreachable(bin); err != nil || b != "" {
 		return "", fmt.Errorf("the codex CLI's link %s is out of the users' reach too (%s); choose another place for it", bin, b)
 	}
-	n.cli[codexBin] = bin
 	return bin, nil
 }
 

@@ -9,6 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/isolate"
 )
 
 // Names the configuration gives the mock provider and its model.
@@ -270,7 +273,7 @@ func CodexBin() (string, error) {
 		if root, ok := repoRoot(wd); ok {
 			p := filepath.Join(root, filepath.FromSlash(LocalBin))
 			if checkExec(p) == nil {
-				return p, nil
+				return reachable(p)
 			}
 			tried = append(tried, p)
 		}
@@ -280,6 +283,25 @@ func CodexBin() (string, error) {
 	}
 	tried = append(tried, "codex on PATH")
 	return "", fmt.Errorf("codexhome: %w (tried %s)", ErrNoCodex, strings.Join(tried, ", "))
+}
+
+// reachable is the project-local CLI where the users' uids of the
+// isolation tests can run it: as the daemon does (isolate.LinkCLI), a
+// clone under a 0700 folder has its native binary linked into the
+// daemon's CLI folder, so that the tests find the app-servers by the
+// path they run. Without root no uid is switched: the install as it is.
+func reachable(shim string) (string, error) {
+	if os.Geteuid() != 0 {
+		return shim, nil
+	}
+	native, err := codexproc.ResolveBinary(shim)
+	if err != nil {
+		return "", err
+	}
+	if blocked, err := isolate.Unreachable(native); err != nil || blocked == "" {
+		return shim, nil
+	}
+	return isolate.LinkCLI(native, isolate.DefaultCLILinks)
 }
 
 // repoRoot walks up from dir to the nearest directory holding go.mod.
