@@ -207,7 +207,7 @@ func (p *Policy) Allows(identity, user string, k Kind) bool {
 		return true
 	}
 	for _, g := range p.Grants {
-		if matchAny(g.Identities, identity) && matchAny(g.Users, user) && hasKind(g.Kinds, k) {
+		if matchIdentity(g.Identities, identity) && matchAny(g.Users, user) && hasKind(g.Kinds, k) {
 			return true
 		}
 	}
@@ -222,7 +222,36 @@ func (p *Policy) Names(identity string) bool {
 		return true
 	}
 	for _, g := range p.Grants {
-		if matchAny(g.Identities, identity) {
+		if matchIdentity(g.Identities, identity) {
+			return true
+		}
+	}
+	return false
+}
+
+// Typed is an identity, or an identity pattern of the file, with its kind:
+// "uri:<URI>" for a certificate's URI SAN, "cn:<CN>" for its Subject CN,
+// as remote.DefaultIdentify names peers. A name without a kind takes the
+// one it spells: with "://" a URI, else a CN; so the patterns of earlier
+// files ("spiffe://mesh/gateway", "alice-app") keep their meaning, and a
+// CN that spells a URI can no longer match them as a URI. "*" stays "*"
+// (every identity), "" stays "" (none).
+func Typed(s string) string {
+	switch {
+	case s == "" || s == "*" || strings.HasPrefix(s, "uri:") || strings.HasPrefix(s, "cn:"):
+		return s
+	case strings.Contains(s, "://"):
+		return "uri:" + s
+	}
+	return "cn:" + s
+}
+
+// matchIdentity reports whether the identity matches one of patterns,
+// both typed.
+func matchIdentity(patterns []string, identity string) bool {
+	identity = Typed(identity)
+	for _, p := range patterns {
+		if Match(Typed(p), identity) {
 			return true
 		}
 	}

@@ -321,7 +321,7 @@ func TestGatewayMutualTLS(t *testing.T) {
 	if code, body := call(alice, `{"user":"alice"}`); code != 200 || !strings.Contains(body, `"user":"alice"`) {
 		t.Errorf("alice's account: %d %s", code, body)
 	}
-	if code, body := call(alice, `{"user":"bob"}`); code != 403 || !strings.Contains(body, `identity \"alice-client\" may not send account for user \"bob\"`) {
+	if code, body := call(alice, `{"user":"bob"}`); code != 403 || !strings.Contains(body, `identity \"cn:alice-client\" may not send account for user \"bob\"`) {
 		t.Errorf("bob's account with alice's certificate: %d %s; want 403", code, body)
 	}
 	noCert := conf.Clone()

@@ -527,7 +527,7 @@ func TestHostileIdentities(t *testing.T) {
 
 	t.Run("every kind by the wrong identity", func(t *testing.T) {
 		v := bob.round(messages.StartRound{User: "alice", Thread: "t", Text: "steal"}).verdict
-		if v.Status != messages.StatusRejected || !strings.Contains(v.Error, `identity "spiffe://mesh/bob-agent" may not send rounds for user "alice"`) {
+		if v.Status != messages.StatusRejected || !strings.Contains(v.Error, `identity "uri:spiffe://mesh/bob-agent" may not send rounds for user "alice"`) {
 			t.Errorf("bob's round for alice: %+v", v)
 		}
 		for _, c := range []struct {
@@ -544,7 +544,7 @@ func TestHostileIdentities(t *testing.T) {
 			{messages.ModelsRequest{User: "alice"}, "account"},
 		} {
 			bob.send(c.msg)
-			r := refusal(t, bob, fmt.Sprintf(`identity "spiffe://mesh/bob-agent" may not send %s for user "alice"`, c.kind))
+			r := refusal(t, bob, fmt.Sprintf(`identity "uri:spiffe://mesh/bob-agent" may not send %s for user "alice"`, c.kind))
 			if strings.Contains(r.Reason, "sk-hostile") {
 				t.Errorf("the refusal quotes the key: %q", r.Reason)
 			}

@@ -125,16 +125,24 @@ func (c Config) WithLimits(l Limits) Config {
 }
 
 // DefaultIdentify names a TLS peer by the first URI SAN of its leaf
-// certificate, else its Subject CN; "" when it sent no certificate.
+// certificate, as "uri:<URI>", else its Subject CN, as "cn:<CN>"; "" when
+// it sent no certificate or the certificate has neither (DNS or IP SANs
+// name hosts, not callers). The kind is part of the name, so a CN that
+// spells a URI ("cn:spiffe://mesh/gateway") is never the URI identity
+// ("uri:spiffe://mesh/gateway"): a CA that lets requesters choose their CN
+// does not hand out URI identities.
 func DefaultIdentify(cs *tls.ConnectionState) string {
 	if cs == nil || len(cs.PeerCertificates) == 0 {
 		return ""
 	}
 	leaf := cs.PeerCertificates[0]
 	if len(leaf.URIs) > 0 && leaf.URIs[0] != nil {
-		return leaf.URIs[0].String()
+		return "uri:" + leaf.URIs[0].String()
 	}
-	return leaf.Subject.CommonName
+	if cn := leaf.Subject.CommonName; cn != "" {
+		return "cn:" + cn
+	}
+	return ""
 }
 
 // TooLargeEvent is broadcast on the engine's event stream when a local actor

@@ -41,14 +41,14 @@ func TestSenderBindingTLS(t *testing.T) {
 		t.Fatalf("echo %q", got)
 	}
 	in := <-gateSaw
-	if in.Peer.Identity != "spiffe://mesh/alice" || in.Peer.TLS == nil {
+	if in.Peer.Identity != "uri:spiffe://mesh/alice" || in.Peer.TLS == nil {
 		t.Errorf("peer identity %q, TLS %v", in.Peer.Identity, in.Peer.TLS != nil)
 	}
 
 	// Bob, with a certificate of the same CA, names Alice as the sender.
 	bob := dialRaw(t, d.addr, p.config(t, "spiffe://mesh/bob"))
 	bob.send(t, one(d.echo, alice.sink, wrapperspb.String("as alice")))
-	if rf := d.ref.wait(t); rf.Reason != RefuseSender || rf.Peer.Identity != "spiffe://mesh/bob" {
+	if rf := d.ref.wait(t); rf.Reason != RefuseSender || rf.Peer.Identity != "uri:spiffe://mesh/bob" {
 		t.Errorf("refusal %q for %q (%v), want %q for bob", rf.Reason, rf.Peer.Identity, rf.Err, RefuseSender)
 	}
 	// Bob names an address that never answers the handshake: refused
@@ -67,7 +67,7 @@ func TestSenderBindingTLS(t *testing.T) {
 	if got := d.recv(t).msg.(*wrapperspb.StringValue).GetValue(); got != "anonymous" {
 		t.Fatalf("got %q", got)
 	}
-	if got := (<-gateSaw).Peer.Identity; got != "spiffe://mesh/bob" {
+	if got := (<-gateSaw).Peer.Identity; got != "uri:spiffe://mesh/bob" {
 		t.Errorf("identity %q", got)
 	}
 	select {
@@ -201,9 +201,13 @@ func TestDefaultIdentify(t *testing.T) {
 		{"nil", nil, ""},
 		{"no certificate", &tls.ConnectionState{}, ""},
 		{"URI SAN first", &tls.ConnectionState{PeerCertificates: []*x509.Certificate{
-			{URIs: []*url.URL{u}, Subject: pkix.Name{CommonName: "cn"}}}}, "spiffe://mesh/alice"},
+			{URIs: []*url.URL{u}, Subject: pkix.Name{CommonName: "cn"}}}}, "uri:spiffe://mesh/alice"},
 		{"CN otherwise", &tls.ConnectionState{PeerCertificates: []*x509.Certificate{
-			{Subject: pkix.Name{CommonName: "cn"}}}}, "cn"},
+			{Subject: pkix.Name{CommonName: "cn"}}}}, "cn:cn"},
+		{"a CN spelling a URI stays a CN", &tls.ConnectionState{PeerCertificates: []*x509.Certificate{
+			{Subject: pkix.Name{CommonName: "spiffe://mesh/alice"}}}}, "cn:spiffe://mesh/alice"},
+		{"neither (DNS names only)", &tls.ConnectionState{PeerCertificates: []*x509.Certificate{
+			{DNSNames: []string{"alice.example"}}}}, ""},
 	} {
 		if got := DefaultIdentify(tc.cs); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
