@@ -249,7 +249,7 @@ func (l *roundLog) attach(m attachLog) {
 	if cl.alias == l.req.RoundID {
 		cl.alias = ""
 	}
-	if m.after+1 < l.first {
+	if m.after < l.first-1 { // not m.after+1: the largest seq would wrap to 0
 		// What the caller missed is partly gone: say so, under the last
 		// dropped seq, so that seqs still only grow.
 		l.send(cl, messages.RoundEvent{RoundID: l.req.RoundID, Seq: l.first - 1, Kind: messages.KindError,

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -257,6 +258,16 @@ func TestRoundLogBounds(t *testing.T) {
 	if len(seqs) != 4 || seqs[0] != 2 || r.events[0].Kind != messages.KindError || seqs[3] != 5 ||
 		!strings.Contains(r.events[0].Text, "events 1 to 2") {
 		t.Errorf("replay from the start: seqs %v, first %+v; want a gap notice at 2, then 3..5", seqs, r.events[0])
+	}
+	// A caller that says it saw the largest seq there is (a Last-Event-ID
+	// of 18446744073709551615) gets no gap notice: after+1 wrapped to 0
+	// and told it "events 0 to 0" were gone. The verdict still comes.
+	c3 := &caller{ch: make(chan any, 64)}
+	c3.pid = e.SpawnFunc(func(ctx *actor.Context) { c3.ch <- ctx.Message() }, "c3")
+	defer func() { <-e.Poison(c3.pid).Done() }()
+	e.Send(log, attachLog{to: c3.pid, alias: "b-3", after: math.MaxUint64})
+	if r := c3.collectAll(t, "b-3", waitFor); len(r.events) != 0 {
+		t.Errorf("a caller past the last seq got %+v, want no events, only the verdict", r.events)
 	}
 	if got := (<-parentGot).(logFinished); got.roundID != "b-1" || got.bytes <= 0 {
 		t.Errorf("logFinished %+v", got)

@@ -181,7 +181,14 @@ func read[T any](g *Gateway, w http.ResponseWriter, r *http.Request, edit func(*
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBody))
-	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		// The deadline stays: the server drains what is left of a body
+		// before it reuses the connection, and a trickled one would hold
+		// it open to its end. The connection closes after the answer.
+		w.Header().Set("Connection", "close")
+	} else {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

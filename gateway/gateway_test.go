@@ -312,3 +312,45 @@ func TestStreamsPerPeerCapped(t *testing.T) {
 		t.Errorf("no room after the streams ended: %d", r.StatusCode)
 	}
 }
+
+// A body trickled a byte at a time is cut off at BodyTimeout: the client
+// gets its 400 and the connection is closed then, not when the trickle
+// ends (the deadline was cleared after the error, and the server's drain
+// of the rest of the body then read the trickle to its end).
+func TestTrickledBodyCutOff(t *testing.T) {
+	base := serve(t, nil, func(c *Config) { c.BodyTimeout = 300 * time.Millisecond })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("POST /v1/rounds HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n{")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	stop := make(chan struct{})
+	trickled := make(chan struct{})
+	go func() { // a byte every 50ms for 10s, unless the server closed first
+		defer close(trickled)
+		for range 200 {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond): // the attacker's pace
+			}
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-trickled }()
+	_ = conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	b, _ := io.ReadAll(conn) // until the server closes
+	took := time.Since(start)
+	if !strings.Contains(string(b), "400 Bad Request") {
+		t.Errorf("the trickled body got %q, want a 400", b)
+	}
+	if took > 5*time.Second {
+		t.Errorf("the connection was closed %v after the body began, want about the 300ms BodyTimeout", took)
+	}
+}

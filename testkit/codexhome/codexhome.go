@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/isolate"
 )
 
@@ -290,16 +289,12 @@ func CodexBin() (string, error) {
 // clone under a 0700 folder has its native binary linked into the
 // daemon's CLI folder, so that the tests find the app-servers by the
 // path they run. Without root no uid is switched: the install as it is.
-func reachable(shim string) (string, error) {
+func reachable(native string) (string, error) {
 	if os.Geteuid() != 0 {
-		return shim, nil
-	}
-	native, err := codexproc.ResolveBinary(shim)
-	if err != nil {
-		return "", err
+		return native, nil
 	}
 	if blocked, err := isolate.Unreachable(native); err != nil || blocked == "" {
-		return shim, nil
+		return native, nil
 	}
 	return isolate.LinkCLI(native, isolate.DefaultCLILinks)
 }
