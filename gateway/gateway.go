@@ -278,7 +278,10 @@ func call[T any](g *Gateway) http.HandlerFunc {
 	}
 }
 
-// answer writes one reply as JSON: a Rejected as an error.
+// answer writes one reply as JSON: a Rejected as an error; an interrupt,
+// steer or answer the round refused (no running round, the request
+// already answered, codex said no) as 409 with the same body, so a client
+// that reads only the status does not take it for done.
 func (g *Gateway) answer(w http.ResponseWriter, reply any) {
 	if rej, ok := reply.(messages.Rejected); ok {
 		fail(w, http.StatusBadRequest, "", errors.New(rej.Reason))
@@ -289,7 +292,11 @@ func (g *Gateway) answer(w http.ResponseWriter, reply any) {
 		fail(w, http.StatusInternalServerError, "", fmt.Errorf("encoding the answer: %w", err))
 		return
 	}
-	writeJSON(w, http.StatusOK, b)
+	status := http.StatusOK
+	if rc, ok := reply.(messages.RoundControlled); ok && !rc.OK {
+		status = http.StatusConflict
+	}
+	writeJSON(w, status, b)
 }
 
 // cancelLogin has no answer of its own.

@@ -52,6 +52,10 @@ func stubRoot(c *actor.Context) {
 		}
 		c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Status: messages.StatusCompleted})
 	case messages.InterruptRound:
+		if m.RoundID == "gone" {
+			c.Engine().Send(c.Sender(), messages.RoundControlled{RoundID: m.RoundID, Error: "no round is running on this thread"})
+			return
+		}
 		c.Engine().Send(c.Sender(), messages.RoundControlled{RoundID: m.RoundID, OK: true})
 	case messages.WarmUp:
 		c.Engine().Send(c.Sender(), messages.WarmedUp{User: m.User})
@@ -185,6 +189,12 @@ func TestRoundStreamAndAttach(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || strings.TrimSpace(string(b)) != `{"ok":true,"round_id":"r-1"}` {
 		t.Errorf("interrupt: %d %s", resp.StatusCode, b)
+	}
+	// A refused interrupt is 409, not 200 with an error inside.
+	resp = post(t, base+"/v1/interrupt", `{"user":"ann","thread":"t1","round_id":"gone"}`)
+	b, _ = io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), `"error":"no round is running on this thread"`) {
+		t.Errorf("a refused interrupt: %d %s, want 409 with the error", resp.StatusCode, b)
 	}
 	resp = post(t, base+"/v1/warm_up", `{"user":"ann","thread":"t1","mcp_url":"https://mesh.example/mcp","mcp_token":"tok"}`)
 	b, _ = io.ReadAll(resp.Body)
