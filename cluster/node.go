@@ -323,8 +323,8 @@ func (n *Node) renew(ctx context.Context) {
 
 // try calls call on the etcd endpoints, first the one that answered
 // last, each attempt bounded by attempt, until an attempt succeeds, its
-// error is final, ctx ends or the clock reaches until. It returns the
-// successful attempt's value, or the last error.
+// error is final (a nil final: none is), ctx ends or the clock reaches
+// until. It returns the successful attempt's value, or the last error.
 //
 // A positive stagger starts another attempt, on the next endpoint, every
 // stagger while none has answered, for calls that may run twice
@@ -386,7 +386,7 @@ func try[T any](n *Node, ctx context.Context, until time.Time, attempt, stagger 
 				return r.v, nil
 			}
 			lastErr = r.err
-			if ctx.Err() != nil || final(r.err) {
+			if ctx.Err() != nil || (final != nil && final(r.err)) {
 				return zero, r.err
 			}
 			if inflight == 0 {
@@ -420,7 +420,7 @@ func (n *Node) fence() {
 func (n *Node) listMembers(ctx context.Context) (int64, error) {
 	resp, err := try(n, ctx, n.now().Add(n.cfg.TTL), n.cfg.CallTimeout, n.cfg.CallTimeout/2, func(ctx context.Context, c *clientv3.Client) (*clientv3.GetResponse, error) {
 		return c.Get(ctx, n.members, clientv3.WithPrefix())
-	}, func(error) bool { return false })
+	}, nil)
 	if err != nil {
 		return 0, fmt.Errorf("listing the cluster's members: %w", err)
 	}
@@ -518,7 +518,7 @@ func (n *Node) Owner(user string, hops int) (local bool, addr string, err error)
 	key := n.owners + user
 	get, err := try(n, context.Background(), until, n.cfg.CallTimeout, n.cfg.CallTimeout/2, func(ctx context.Context, c *clientv3.Client) (*clientv3.GetResponse, error) {
 		return c.Get(ctx, key)
-	}, func(error) bool { return false })
+	}, nil)
 	if err != nil {
 		return false, "", fmt.Errorf("looking up the owner of a user: %w", err)
 	}
@@ -539,7 +539,7 @@ func (n *Node) Owner(user string, hops int) (local bool, addr string, err error)
 				Then(clientv3.OpPut(key, n.cfg.Member, clientv3.WithLease(lease))).
 				Else(clientv3.OpGet(key)).
 				Commit()
-		}, func(error) bool { return false })
+		}, nil)
 		if err != nil {
 			return false, "", fmt.Errorf("claiming a user: %w", err)
 		}

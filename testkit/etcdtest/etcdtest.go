@@ -142,31 +142,27 @@ func (c *Cluster) Endpoints() string {
 }
 
 // Leader is the index of the member that leads, as the live members see
-// it, waiting up to 10 s for one.
+// it, waiting up to 10 s for one: each live member's status names its own
+// id and the leader's.
 func (c *Cluster) Leader() int {
 	c.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, m := range c.Members {
+		ids := map[uint64]int{}
+		var leader uint64
+		for i, m := range c.Members {
 			if !m.Running() {
 				continue
 			}
-			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.Client}, DialTimeout: time.Second, Logger: zap.NewNop()})
-			if err != nil {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			st, err := cli.Status(ctx, m.Client)
-			cancel()
-			cli.Close()
-			if err != nil || st.Leader == 0 {
-				continue
-			}
-			for i, o := range c.Members {
-				if o.id(st) {
-					return i
+			if st, err := status(m.Client); err == nil {
+				ids[st.Header.MemberId] = i
+				if st.Leader != 0 {
+					leader = st.Leader
 				}
 			}
+		}
+		if i, ok := ids[leader]; ok && leader != 0 {
+			return i
 		}
 		time.Sleep(50 * time.Millisecond) // a poll of etcd's status, not a wait for an outcome
 	}
@@ -174,21 +170,16 @@ func (c *Cluster) Leader() int {
 	return -1
 }
 
-// id reports whether st's leader is m (etcd names members by id; the
-// status lists none, so the leader's client URL is asked its own id).
-func (m *Member) id(st *clientv3.StatusResponse) bool {
-	if !m.Running() {
-		return false
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.Client}, DialTimeout: time.Second, Logger: zap.NewNop()})
+// status asks the member at endpoint for its status.
+func status(endpoint string) (*clientv3.StatusResponse, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		return false
+		return nil, err
 	}
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	own, err := cli.Status(ctx, m.Client)
-	return err == nil && own.Header.MemberId == st.Leader
+	return cli.Status(ctx, endpoint)
 }
 
 func (m *Member) start() {
