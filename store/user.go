@@ -3,7 +3,6 @@ package store
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -96,28 +95,3 @@ func HomeDir(root, user string) (string, error) {
 	return home, nil
 }
 
-// EnsureHome makes sure the directory path exists with mode 0700, creating
-// it and its missing parents (0700) as needed. Existing contents — rollouts,
-// auth.json, config — are kept. It fails if a non-directory is in the way.
-// Codex refuses to start when its CODEX_HOME does not exist, so this runs
-// before every start.
-func EnsureHome(path string) error {
-	if err := ensureDir(path); err != nil {
-		return fmt.Errorf("ensuring home %s: %w", path, err)
-	}
-	return nil
-}
-
-func ensureDir(path string) error {
-	if err := os.MkdirAll(path, 0o700); err != nil {
-		return err
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() {
-		return errors.New("not a directory")
-	}
-	return os.Chmod(path, 0o700)
-}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,46 +106,3 @@ func TestUserDir(t *testing.T) {
 	}
 }
 
-func TestEnsureHome(t *testing.T) {
-	t.Run("creates", func(t *testing.T) {
-		root := t.TempDir()
-		home := filepath.Join(root, "alice", ".codex")
-		if err := EnsureHome(home); err != nil {
-			t.Fatal(err)
-		}
-		assertMode(t, home, 0o700)
-		assertMode(t, filepath.Join(root, "alice"), 0o700)
-	})
-	t.Run("keeps contents and narrows mode", func(t *testing.T) {
-		home := filepath.Join(t.TempDir(), ".codex")
-		writeRaw(t, filepath.Join(home, "auth.json"), []byte(`{"k":1}`))
-		writeRaw(t, filepath.Join(home, "sessions", "r.jsonl"), []byte("x\n"))
-		if err := os.Chmod(home, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := EnsureHome(home); err != nil {
-			t.Fatal(err)
-		}
-		assertMode(t, home, 0o700)
-		for _, f := range []string{"auth.json", "sessions/r.jsonl"} {
-			if _, err := os.Stat(filepath.Join(home, f)); err != nil {
-				t.Errorf("%s lost: %v", f, err)
-			}
-		}
-	})
-	t.Run("file in the way", func(t *testing.T) {
-		home := filepath.Join(t.TempDir(), ".codex")
-		writeRaw(t, home, []byte("not a dir"))
-		err := EnsureHome(home)
-		if err == nil || !strings.Contains(err.Error(), home) {
-			t.Errorf("EnsureHome = %v, want an error naming %s", err, home)
-		}
-	})
-	t.Run("file in the way of a parent", func(t *testing.T) {
-		parent := filepath.Join(t.TempDir(), "alice")
-		writeRaw(t, parent, []byte("x"))
-		if err := EnsureHome(filepath.Join(parent, ".codex")); err == nil {
-			t.Error("EnsureHome succeeded through a file")
-		}
-	})
-}

@@ -245,9 +245,6 @@ func (i *Issuer) RevokeURL() string { return i.URL + PathRevoke }
 // CallbackURL is the redirect_uri the CLI is expected to send.
 func (i *Issuer) CallbackURL() string { return i.URL + PathCallback }
 
-// Options returns the options in effect, defaults filled in.
-func (i *Issuer) Options() Options { return i.opts }
-
 // Close stops the Issuer: it closes the listener and the connections and
 // waits for every handler to return. It is idempotent.
 func (i *Issuer) Close() {
