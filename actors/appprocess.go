@@ -105,6 +105,7 @@ func (a *appServerActor) launch() {
 			a.log.Warn("reaping a leftover app-server", "err", err)
 		} else if reaped {
 			a.log.Warn("ended an app-server a previous daemon left running")
+			a.engine.BroadcastEvent(LeftoverEnded{User: a.user})
 		}
 		if iso := a.cfg.Isolation; iso != nil {
 			// Its uid, its home's owner and modes, its sandbox: before the
@@ -288,6 +289,7 @@ func (a *appServerActor) started(m codexStarted) {
 		a.restartNext = false
 	}
 	a.log.Info("codex app-server ready", "pid", m.proc.PID(), "version", m.version.String())
+	a.engine.BroadcastEvent(AppServerReady{User: a.user, PID: m.proc.PID()})
 	a.lastUse = time.Now()
 	a.engine.Send(a.parent, appServerLive{live: true})
 	a.checkKey()
@@ -308,6 +310,7 @@ func (a *appServerActor) exited(m codexExited) {
 	}
 	if !errors.Is(err, codexrpc.ErrClosed) {
 		a.log.Warn("codex app-server died", "err", err)
+		a.engine.BroadcastEvent(AppServerDied{User: a.user, PID: a.proc.PID()})
 		a.cfg.Metrics.Deaths.Inc()
 		a.crashed()
 	}
@@ -343,6 +346,7 @@ func (a *appServerActor) coolingErr() error {
 // not a crash; the next command starts a fresh one and rounds resume.
 func (a *appServerActor) evict(why string) {
 	a.log.Info("stopping an idle codex app-server", "pid", a.proc.PID(), "why", why)
+	a.engine.BroadcastEvent(AppServerEvicted{User: a.user, PID: a.proc.PID(), Why: why, At: time.Now()})
 	p := a.proc
 	a.drop(errors.New("codex app-server stopped: " + why))
 	a.goStop(p)

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -73,12 +72,12 @@ func TestCallerGoneInterruptsRound(t *testing.T) {
 	t.Cleanup(model.Close)
 	homes := t.TempDir()
 	t.Cleanup(func() { checkNoAppServers(t, homes) })
-	tap := newLogTap()
 	de, drem := remoteEngine(t)
+	events := tapEvents(t, de)
 	cfg := Config{
 		Homes: homes, Workspace: t.TempDir(), CodexBin: bin,
 		Overrides: append(codexhome.Overrides(model.URL()), "features.shell_snapshot=false"),
-		Logger:    slog.New(&tapHandler{tap: tap, next: testLogger(t).Handler()}), StopGrace: time.Second,
+		Logger:    testLogger(t), StopGrace: time.Second,
 		CallerGrace: 300 * time.Millisecond,
 	}
 	root, err := SpawnRoot(de, cfg)
@@ -106,17 +105,18 @@ func TestCallerGoneInterruptsRound(t *testing.T) {
 	model.Enqueue(mockmodel.Text("partial ").Hang())
 	send(e1, c1.pid, messages.StartRound{User: "alice", Thread: "mesh/gone", Text: "hang", RoundID: "g-1"})
 	c1.waitFirstEvent(t, "g-1", 60*time.Second)
-	from := tap.mark()
+	from := events.mark()
 	rem1.Stop().Wait()
-	tap.wait(t, from, waitFor, "of the round noticing its caller is gone",
-		logMsg("the caller is gone; the round goes on while it may attach again"))
-	tap.wait(t, from, waitFor, "of the grace running out",
-		logMsg("no caller attached within the grace; interrupting the round"))
-	fin := tap.wait(t, from, waitFor, "of the round finishing", logMsg("round finished"))
-	if fin.attrs["status"] != string(messages.StatusInterrupted) {
-		t.Errorf("the round of a gone caller finished %q, want interrupted (its turn interrupted)", fin.attrs["status"])
+	waitEvent(t, events, from, waitFor, "of the round noticing its caller is gone",
+		func(e CallerGone) bool { return e.RoundID == "g-1" })
+	waitEvent(t, events, from, waitFor, "of the grace running out",
+		func(e CallerGraceOver) bool { return e.RoundID == "g-1" })
+	fin := waitEvent(t, events, from, waitFor, "of the round finishing",
+		func(e RoundEnded) bool { return e.RoundID == "g-1" })
+	if fin.Status != messages.StatusInterrupted {
+		t.Errorf("the round of a gone caller finished %q, want interrupted (its turn interrupted)", fin.Status)
 	}
-	if n := tap.count(from, logMsg("codex app-server died")); n != 0 {
+	if n := countEvents[AppServerDied](events, from, nil); n != 0 {
 		t.Errorf("the app-server died instead of interrupting the turn")
 	}
 

@@ -21,7 +21,8 @@ import (
 // the next round starts a fresh one and resumes the thread.
 func TestEvictIdleThenResume(t *testing.T) {
 	const idle = 300 * time.Millisecond
-	h, tap := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *Config) { c.IdleTimeout = idle })
+	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *Config) { c.IdleTimeout = idle })
+	events := tapEvents(t, h.engine)
 	c := h.caller()
 	// held runs a round whose turn is held until the app-server's pid is
 	// read: the app-server is busy meanwhile, so not evicted. (Read after
@@ -41,8 +42,9 @@ func TestEvictIdleThenResume(t *testing.T) {
 	}
 	r1, pid1, sent := held("e-1", "one")
 
-	ev := tap.wait(t, 0, waitFor, "of an idle eviction", logMsg("stopping an idle codex app-server", "why", "idle for"))
-	if since := ev.at.Sub(sent); since < idle {
+	ev := waitEvent(t, events, 0, waitFor, "of an idle eviction",
+		func(e AppServerEvicted) bool { return strings.HasPrefix(e.Why, "idle for") })
+	if since := ev.At.Sub(sent); since < idle {
 		t.Errorf("evicted %v after the round's interrupt, IdleTimeout is %v", since, idle)
 	}
 	waitGone(t, pid1, waitFor)
@@ -61,7 +63,8 @@ func TestEvictIdleThenResume(t *testing.T) {
 // app-server stops the first, idle one; one pinned by a login in progress
 // is kept.
 func TestEvictLRUCapKeepsPinnedLogin(t *testing.T) {
-	h, tap := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *Config) { c.MaxLive = 1 })
+	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *Config) { c.MaxLive = 1 })
+	events := tapEvents(t, h.engine)
 	c := h.caller()
 	h.heldRound(c, messages.StartRound{User: "alice", Thread: "mesh/l", Text: "one"})
 	alice := liveAppServerPID(t, h, "alice")
@@ -70,17 +73,18 @@ func TestEvictLRUCapKeepsPinnedLogin(t *testing.T) {
 	h.engine.SendWithSender(h.root, messages.StartLogin{User: "carol"}, c.pid)
 	waitMsg[messages.LoginChallenge](t, c, waitFor)
 	carol := liveAppServerPID(t, h, "carol")
-	tap.wait(t, 0, waitFor, "of alice's eviction for the cap", logMsg("stopping an idle codex app-server",
-		"user", userTag("alice"), "why", "cap"))
+	waitEvent(t, events, 0, waitFor, "of alice's eviction for the cap", func(e AppServerEvicted) bool {
+		return e.User == "alice" && strings.Contains(e.Why, "cap")
+	})
 	waitGone(t, alice, waitFor)
 
 	// dave's start finds carol's app-server pinned: it stays.
-	from := tap.mark()
+	from := events.mark()
 	h.heldRound(c, messages.StartRound{User: "dave", Thread: "mesh/l", Text: "two"})
 	if !proctest.Alive(carol) {
 		t.Fatalf("carol's app-server, pinned by her login, was stopped")
 	}
-	if n := tap.count(from, logMsg("stopping an idle codex app-server", "user", userTag("carol"))); n != 0 {
+	if n := countEvents(events, from, func(e AppServerEvicted) bool { return e.User == "carol" }); n != 0 {
 		t.Fatalf("carol's pinned app-server was evicted")
 	}
 	h.engine.SendWithSender(h.root, messages.CancelLogin{User: "carol"}, c.pid)
@@ -123,15 +127,16 @@ func TestEvictLRUCapSparesRoundOpeningThread(t *testing.T) {
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h, tap := supHarness(t, func(c *Config) {
+	h, _ := supHarness(t, func(c *Config) {
 		c.CodexBin, c.CodexArgs = script, slow.Args
 		c.CodexEnv = append(c.CodexEnv, append(slow.Env, "FAKE_NORMAL="+normal)...)
 		c.MaxLive = 1
 		c.CallTimeout = hungCallTimeout // bob's fresh fake starts within it on a loaded machine
 	})
+	events := tapEvents(t, h.engine)
 	ca, cb := h.caller(), h.caller()
 	h.roundAsync(ca, messages.StartRound{User: "alice", Thread: "mesh/s", Text: "slow", RoundID: "s-1"})
-	tap.wait(t, 0, waitFor, "of alice's app-server ready", logMsg("codex app-server ready", "user", userTag("alice")))
+	waitEvent(t, events, 0, waitFor, "of alice's app-server ready", func(e AppServerReady) bool { return e.User == "alice" })
 	alice := liveAppServerPID(t, h, "alice")
 	r := h.round(cb, messages.StartRound{User: "bob", Thread: "mesh/s", Text: "fast"})
 	mustStatus(t, r, messages.StatusCompleted)

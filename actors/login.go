@@ -132,6 +132,7 @@ func (a *loginActor) answered(m appAnswer) {
 			a.log.Error("writing the API key into the home", "err", err)
 		} else {
 			a.log.Info("API key written into the home")
+			a.engine.BroadcastEvent(APIKeyWritten{User: a.user})
 		}
 		if tag.check != 0 {
 			a.engine.Send(a.codex, keyChecked{seq: tag.check})

@@ -30,41 +30,19 @@ import (
 // once a second; the CLI starts in a few seconds even under -race.
 const replyTimeout = 45 * time.Second
 
-// logBuffer keeps every log line of a harness.
+// logBuffer keeps every log line of a harness, for the checks that no
+// secret reaches them.
 type logBuffer struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	written chan struct{} // closed and replaced on every write
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
-func newLogBuffer() *logBuffer { return &logBuffer{written: make(chan struct{})} }
+func newLogBuffer() *logBuffer { return &logBuffer{} }
 
 func (b *logBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	close(b.written)
-	b.written = make(chan struct{})
 	return b.buf.Write(p)
-}
-
-// wait blocks until the logs hold n lines containing s.
-func (b *logBuffer) wait(t testing.TB, s string, n int) {
-	t.Helper()
-	timer := time.NewTimer(replyTimeout)
-	defer timer.Stop()
-	for {
-		b.mu.Lock()
-		got, ch := strings.Count(b.buf.String(), s), b.written
-		b.mu.Unlock()
-		if got >= n {
-			return
-		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			t.Fatalf("no %d log lines with %q within %v", n, s, replyTimeout)
-		}
-	}
 }
 
 func (b *logBuffer) String() string {
@@ -626,6 +604,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 		noShellSnapshot(c)
 	})
 	slog.SetDefault(h.cfg.Logger)
+	events := tapEvents(t, h.engine)
 	key, key2 := randomKey(t), randomKey(t)
 	c := h.caller()
 	var replies []any
@@ -672,8 +651,6 @@ func TestAPIKeyLifecycle(t *testing.T) {
 			t.Errorf("%s: auth.json: auth_mode %v, holds the key: %v", when, auth["auth_mode"], auth["OPENAI_API_KEY"] == want)
 		}
 	}
-	const written = "API key written into the home"
-
 	// Stored while no codex runs: nothing is started for it.
 	setKey(key)
 	if _, err := os.Stat(filepath.Join(home, "auth.json")); !os.IsNotExist(err) {
@@ -690,7 +667,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 
 	// A new key while the codex runs is written at once.
 	setKey(key2)
-	h.logs.wait(t, written, 2)
+	waitEventN[APIKeyWritten](t, events, 0, 2, replyTimeout, "(the first round's and the new key's)")
 	checkAuth("after replacing the key", key2)
 
 	// auth.json alone vanishes: the next round writes the key again, on
@@ -713,8 +690,9 @@ func TestAPIKeyLifecycle(t *testing.T) {
 	checkAuth("after a round in a recreated home", key2)
 
 	// And when the codex died and the home went with it.
+	from := events.mark()
 	h.killCodex("alice")
-	h.logs.wait(t, "codex app-server died", 1)
+	waitEvent(t, events, from, replyTimeout, "of alice's killed codex", func(e AppServerDied) bool { return e.User == "alice" })
 	if err := os.RemoveAll(home); err != nil {
 		t.Fatal(err)
 	}
@@ -765,7 +743,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 			t.Errorf("the logs carry a key")
 		}
 	}
-	if strings.Count(logs, written) < 4 || !strings.Contains(logs, "level=DEBUG") || !strings.Contains(logs, "codex stderr") {
+	if strings.Count(logs, "API key written into the home") < 4 || !strings.Contains(logs, "level=DEBUG") || !strings.Contains(logs, "codex stderr") {
 		t.Errorf("the captured logs look incomplete (%d bytes)", len(logs))
 	}
 }

@@ -18,6 +18,7 @@ type Metrics struct {
 	Logins         *prometheus.CounterVec // device-code logins by outcome: success, failure
 	RemoteRejected *prometheus.CounterVec // messages refused by reason: unknown, malformed, invalid
 	Users          prometheus.Gauge       // user actors alive
+	UserReaps      prometheus.Counter     // idle user actors stopped by the root
 	RoundsInFlight prometheus.Gauge       // rounds running: started, no verdict yet
 	Hung           prometheus.Counter     // app-servers killed because they stopped answering (also in Deaths)
 	ThreadResumes  prometheus.Counter     // thread/resume calls that loaded a thread
@@ -64,6 +65,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Users: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "supervisor_users", Help: "Users active on this node: user actors alive.",
 		}),
+		UserReaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "supervisor_user_reaps_total", Help: "Idle user actors stopped (no app-server, no round, no message for UserIdle).",
+		}),
 		RoundsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "supervisor_rounds_in_flight", Help: "Rounds running now: started and not yet given their verdict (queued ones excluded).",
 		}),
@@ -101,7 +105,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.LimitHits.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads, m.Draining, m.LimitHits)
+		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads, m.Draining, m.LimitHits, m.UserReaps)
 		reg.MustRegister(m.Rounds, m.FirstDelta, m.RoundDuration, m.LiveAppServers, m.Starts,
 			m.Deaths, m.Restarts, m.Evictions, m.Logins, m.RemoteRejected, m.Users, m.RoundsInFlight)
 	}

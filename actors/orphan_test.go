@@ -109,13 +109,14 @@ func TestOrphanReapOrphans(t *testing.T) {
 // TestOrphanReapedBeforeStart: the codex actor ends the process its home's
 // record names before it starts an app-server there.
 func TestOrphanReapedBeforeStart(t *testing.T) {
-	h, tap := supHarness(t, withFake(t, fakeappserver.Config{}))
+	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}))
+	events := tapEvents(t, h.engine)
 	leftover, rec, exited := sleeper(t)
 	writeProcRecord(t, h.cfg.Homes, "alice", rec)
 	c := h.caller()
 	mustStatus(t, h.round(c, messages.StartRound{User: "alice", Thread: "mesh/o", Text: "hi"}), messages.StatusCompleted)
 	waitClosed(t, exited, waitFor, "the leftover process ending")
-	tap.wait(t, 0, waitFor, "of the reap", logMsg("ended an app-server a previous daemon left running"))
+	waitEvent(t, events, 0, waitFor, "of the reap", func(e LeftoverEnded) bool { return e.User == "alice" })
 	if pid := liveAppServerPID(t, h, "alice"); pid == leftover {
 		t.Errorf("the record still names the leftover")
 	}

@@ -109,14 +109,15 @@ func (f actorFunc) Receive(c *actor.Context) { f(c) }
 // actors are contained: hollywood restarts nothing, that user's next round
 // still works, another user is untouched, the daemon goes on.
 func TestSupervisionPanicContained(t *testing.T) {
-	h, tap := supHarness(t, heldFake(t, fakeappserver.Config{}))
+	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}))
+	events := tapEvents(t, h.engine)
 	probe := &eventProbe{}
 	probe.spawn(t, h.engine)
 	c := h.caller()
 	r := h.heldRound(c, messages.StartRound{User: "alice", Thread: "mesh/p", Text: "one"})
 	alicePID := liveAppServerPID(t, h, "alice")
 
-	from := tap.mark()
+	from := events.mark()
 	codex := h.childPID("user/alice/codex/main")
 	login := h.childPID("user/alice/login/main")
 	for range 5 {
@@ -125,7 +126,7 @@ func TestSupervisionPanicContained(t *testing.T) {
 		// An account notification without a notification: the login actor does.
 		h.engine.Send(login, accountNote{})
 	}
-	tap.waitN(t, from, 10, waitFor, "of ten contained panics", logMsg("actor panicked; contained"))
+	waitEventN[PanicContained](t, events, from, 10, waitFor, "of ten contained panics")
 
 	h.heldRound(c, messages.StartRound{User: "bob", Thread: "mesh/p", Text: "two"})
 	r2 := h.heldRound(c, messages.StartRound{User: "alice", Thread: "mesh/p", Text: "three"})

@@ -421,6 +421,8 @@ func (r *rootActor) reap(c *actor.Context, m userIdle) {
 	}
 	u.stopping = true
 	r.log.Debug("reaping an idle user actor", "user", userTag(m.user))
+	r.cfg.Metrics.UserReaps.Inc()
+	c.Engine().BroadcastEvent(UserReaped{User: m.user})
 	c.Engine().Poison(u.pid)
 }
 

@@ -461,6 +461,7 @@ func (r *roundActor) conclude() {
 	}
 	r.log.Info("round finished", "status", v.Status, "duration", took, "resumed", r.resumed, "warm", r.warm, "fell_back", r.fellBack,
 		"context_lost", r.lostCtx, "not_saved", v.NotSaved)
+	r.engine.BroadcastEvent(RoundEnded{User: r.req.User, RoundID: r.req.RoundID, Status: v.Status})
 }
 
 func (r *roundActor) onInterrupt(c *actor.Context) {

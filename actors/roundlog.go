@@ -325,6 +325,7 @@ func (l *roundLog) lost(gone func(*actor.PID) bool) {
 	l.graceGen++
 	gen, engine, self := l.graceGen, l.engine, l.self
 	l.log.Warn("the caller is gone; the round goes on while it may attach again", "grace", l.cfg.CallerGrace)
+	l.engine.BroadcastEvent(CallerGone{RoundID: l.req.RoundID})
 	l.graceTimer = time.AfterFunc(l.cfg.CallerGrace, func() { engine.Send(self, graceOver{gen: gen}) })
 }
 
@@ -334,6 +335,7 @@ func (l *roundLog) graceOver(m graceOver) {
 		return
 	}
 	l.log.Warn("no caller attached within the grace; interrupting the round", "grace", l.cfg.CallerGrace)
+	l.engine.BroadcastEvent(CallerGraceOver{RoundID: l.req.RoundID})
 	l.abandoned = true
 	if l.round == nil {
 		l.engine.Send(l.parent, dropQueued{thread: l.req.Thread, roundID: l.req.RoundID})

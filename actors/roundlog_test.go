@@ -64,14 +64,15 @@ func nextOf[T any](t testing.TB, c *caller, d time.Duration) T {
 // gets every later event exactly once, then the verdict; a third caller
 // attaching after the end gets the whole log and the verdict.
 func TestRoundOutlivesItsCaller(t *testing.T) {
-	h, tap := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *Config) { c.CallerGrace = time.Minute })
+	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *Config) { c.CallerGrace = time.Minute })
+	events := tapEvents(t, h.engine)
 	c1 := h.caller()
 	h.roundAsync(c1, messages.StartRound{User: "alice", Thread: "mesh/o", Text: "hi", RoundID: "o-1"})
 	first := c1.waitFirstEvent(t, "o-1", waitFor)
-	from := tap.mark()
+	from := events.mark()
 	<-h.engine.Poison(c1.pid).Done()
-	tap.wait(t, from, waitFor, "of the log noticing its caller is gone",
-		logMsg("the caller is gone; the round goes on while it may attach again"))
+	waitEvent(t, events, from, waitFor, "of the log noticing its caller is gone",
+		func(e CallerGone) bool { return e.RoundID == "o-1" })
 
 	c2 := h.caller()
 	h.engine.SendWithSender(h.root, messages.AttachRound{User: "alice", RoundID: "o-1", AfterSeq: first.Seq}, c2.pid)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,82 +52,6 @@ func (lt *logTap) add(r logRecord) {
 	lt.recs = append(lt.recs, r)
 	close(lt.changed)
 	lt.changed = make(chan struct{})
-}
-
-// mark is the number of records so far, to wait for later ones only.
-func (lt *logTap) mark() int {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	return len(lt.recs)
-}
-
-// count is how many records from index from on match.
-func (lt *logTap) count(from int, match func(logRecord) bool) int {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	n := 0
-	for _, r := range lt.recs[from:] {
-		if match(r) {
-			n++
-		}
-	}
-	return n
-}
-
-// wait returns the first record from index from on that matches, waiting
-// up to d for it.
-func (lt *logTap) wait(t testing.TB, from int, d time.Duration, what string, match func(logRecord) bool) logRecord {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		lt.mu.Lock()
-		for _, r := range lt.recs[from:] {
-			if match(r) {
-				lt.mu.Unlock()
-				return r
-			}
-		}
-		from = len(lt.recs)
-		ch := lt.changed
-		lt.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("no log line %s within %v", what, d)
-		}
-	}
-}
-
-// waitN waits for n records from index from on that match.
-func (lt *logTap) waitN(t testing.TB, from, n int, d time.Duration, what string, match func(logRecord) bool) {
-	t.Helper()
-	for range n {
-		lt.wait(t, from, d, what, match)
-		lt.mu.Lock()
-		for i := from; i < len(lt.recs); i++ {
-			if match(lt.recs[i]) {
-				from = i + 1
-				break
-			}
-		}
-		lt.mu.Unlock()
-	}
-}
-
-// logMsg matches a message, and attributes by substring.
-func logMsg(msg string, attrs ...string) func(logRecord) bool {
-	return func(r logRecord) bool {
-		if r.msg != msg {
-			return false
-		}
-		for i := 0; i+1 < len(attrs); i += 2 {
-			if !strings.Contains(r.attrs[attrs[i]], attrs[i+1]) {
-				return false
-			}
-		}
-		return true
-	}
 }
 
 type tapHandler struct {

@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
-	"github.com/meshweaver/supervisor/testkit/syncbuf"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
@@ -94,16 +92,12 @@ func setKeys(t *testing.T, h *harness, c *caller, users ...string) {
 // successor.
 func TestUserReapProtocol(t *testing.T) {
 	m := NewMetrics(nil)
-	logs := &syncbuf.Buffer{}
-	h := fakeHarness(t, fakeappserver.Config{}, func(c *Config) {
-		c.UserIdle, c.Metrics = time.Hour, m
-		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	})
+	h := fakeHarness(t, fakeappserver.Config{}, func(c *Config) { c.UserIdle, c.Metrics = time.Hour, m })
 	c := h.caller()
 	users := func() float64 { return testutil.ToFloat64(m.Users) }
-	// The root logs each reap as it decides it, before it answers the
+	// The root counts each reap as it decides it, before it answers the
 	// next message: so after a round trip the count is exact.
-	reaps := func() int { return strings.Count(logs.String(), "reaping an idle user actor") }
+	reaps := func() int { return int(testutil.ToFloat64(m.UserReaps)) }
 	setKey := func() { t.Helper(); setKeys(t, h, c, "u1") }
 	setKey() // the root has sent the actor 1 message
 	pid := actor.NewPID(h.engine.Address(), h.root.ID+"/user/u1")

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/mcpserver"
@@ -616,14 +617,7 @@ func TestHostileAndGarbageInput(t *testing.T) {
 	anon.engine.Send(anon.target, &anypb.Any{TypeUrl: "meshweaver/garbage", Value: []byte{1, 2, 3}})
 	anon.engine.Send(anon.target, mustEncode(t, messages.StartRound{User: "ivan", Thread: "t", Text: "nobody listens"}))
 	// The edge refuses both before decoding: nobody to answer.
-	e.waitLog(`target=` + rootPID(e.addr).String() + ` err="a message without a sender cannot be answered"`)
-	deadline := time.Now().Add(waitTimeout)
-	for strings.Count(e.logs.String(), "reason=no-sender") < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon logged %d refusals for want of a sender, want 2", strings.Count(e.logs.String(), "reason=no-sender"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.waitCount("refusals for want of a sender", e.cfg.Metrics.RemoteRejected.WithLabelValues(edge.ReasonNoSender), 2)
 	select {
 	case m := <-anon.inbox:
 		t.Errorf("a message without sender was answered: %#v", m)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshweaver/supervisor/actors"
@@ -130,6 +132,7 @@ func newEnvEdge(t *testing.T, mutate func(*actors.Config), eo edgeOptions, clien
 		StopGrace: time.Second,
 		Logger:    slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		CodexEnv:  testCodexEnv(t),
+		Metrics:   actors.NewMetrics(nil), // the tests read the daemon's counters
 	}
 	if mutate != nil {
 		mutate(&e.cfg)
@@ -416,14 +419,13 @@ func (e *env) awaitOther(what string, ok func(any) bool) any {
 	}
 }
 
-// waitLog waits until the daemon's log holds s. Some outcomes (a message
-// dropped for want of a sender) leave nothing but a log line to wait for.
-func (e *env) waitLog(s string) {
+// waitCount waits until the counter c reaches n.
+func (e *env) waitCount(what string, c prometheus.Collector, n float64) {
 	e.t.Helper()
 	deadline := time.Now().Add(waitTimeout)
-	for !strings.Contains(e.logs.String(), s) {
+	for testutil.ToFloat64(c) < n {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("the daemon never logged %q", s)
+			e.t.Fatalf("%s: %v, want %v", what, testutil.ToFloat64(c), n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
