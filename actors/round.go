@@ -25,16 +25,8 @@ import (
 // to events for the caller, and sends exactly one verdict. It then records
 // what the journal needs and stops itself.
 type roundActor struct {
-	cfg      *Config
-	req      roundRequest
-	log      *slog.Logger
-	codex    *actor.PID
-	registry *actor.PID
-	parent   *actor.PID
-
-	engine *actor.Engine
-	self   *actor.PID
-	seq    uint64
+	roundWiring
+	req    roundRequest
 	mapper *mapper
 	done   bool
 
@@ -59,23 +51,33 @@ type roundActor struct {
 	notSaved  []string
 	concluded bool
 
-	// The outbox toward the caller (see emit).
-	pending     []messages.RoundEvent
-	tail        []byte // text coalesced into the last pending event, not yet in it (see seal)
-	windowStart time.Time
-	sentInWin   int
-	flushArmed  bool
+	out outbox // toward the caller (see emit)
 
 	ticker       actor.SendRepeater
 	lastProgress time.Time
 	stalledAt    time.Time // when a stalled turn was interrupted
-	callerGone   bool
-	turnBegun    bool // the CLI accepted the turn: the message is in the thread
-	overflowed   bool // the outbox passed its limit: the round is being interrupted
-	dropped      int  // events dropped after the overflow
+	turnBegun    bool      // the CLI accepted the turn: the message is in the thread
 	startedAt    time.Time
 	firstDelta   bool
 	limit        string // a limit of the user's met during the round (limits.go)
+}
+
+// roundWiring is who a round works with: its configuration and logger,
+// and the actors it sends to.
+type roundWiring struct {
+	cfg      *Config
+	log      *slog.Logger
+	engine   *actor.Engine
+	self     *actor.PID
+	parent   *actor.PID // the round log
+	codex    *actor.PID // the app-server actor
+	registry *actor.PID
+}
+
+// after sends the round msg once d has passed.
+func (w *roundWiring) after(d time.Duration, msg any) {
+	engine, self := w.engine, w.self
+	time.AfterFunc(d, func() { engine.Send(self, msg) })
 }
 
 // Messages the round actor sends itself.
@@ -98,9 +100,10 @@ type (
 func newRoundActor(cfg *Config, req roundRequest, codex, registry *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &roundActor{
-			cfg: cfg, req: req, codex: codex, registry: registry,
-			log: cfg.Logger.With("user", userTag(req.User), "thread", store.KeyPrefix(req.Thread),
-				"round", req.RoundID),
+			roundWiring: roundWiring{cfg: cfg, codex: codex, registry: registry,
+				log: cfg.Logger.With("user", userTag(req.User), "thread", store.KeyPrefix(req.Thread),
+					"round", req.RoundID)},
+			req:    req,
 			mapper: roundMapper(req.StartRound),
 		}
 	}
@@ -138,15 +141,14 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.conclude()
 		}
 	case flushOutbox:
-		r.flushArmed = false
+		r.out.fired()
 		r.flush(false)
 	case stallTick:
 		r.checkStall()
 	case actor.RemoteUnreachableEvent:
-		if !r.done && !r.callerGone && r.req.replyTo != nil && m.ListenAddr == r.req.replyTo.Address {
+		if !r.done && r.out.state != outboxClosed && r.req.replyTo != nil && m.ListenAddr == r.req.replyTo.Address {
 			r.log.Warn("the caller is unreachable; interrupting the round")
-			r.callerGone = true
-			r.pending, r.tail = nil, nil
+			r.out.close()
 			r.stop()
 		}
 	case approvalAnswered:
@@ -191,7 +193,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.limit = m.resource
 		}
 	case codexLost:
-		if !r.done && r.callerGone {
+		if !r.done && r.out.state == outboxClosed {
 			r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
 		} else if !r.done {
 			r.finish(messages.StatusFailed, m.err.Error(), "")
@@ -203,35 +205,22 @@ func (r *roundActor) Receive(c *actor.Context) {
 	}
 }
 
-// emit queues an event for the caller. Up to OutboxBurst events go out per
-// OutboxWindow as they come; past that the caller is taken to be slow and
-// events wait for the next window, adjacent text (and reasoning) deltas of
-// one item merged into one event: content and order are kept, the message
-// rate is bounded. Hollywood's mailboxes are unbounded, so the bound is
-// kept here: past OutboxLimit held events the round is interrupted.
+// emit queues an event for the caller (see outbox): past OutboxLimit held
+// events the round is interrupted.
 func (r *roundActor) emit(ev messages.RoundEvent) {
-	if r.callerGone {
+	if r.out.state == outboxClosed {
 		return
 	}
 	if ev.Kind == messages.KindText && !r.firstDelta {
 		r.firstDelta = true
 		r.cfg.Metrics.FirstDelta.Observe(time.Since(r.startedAt).Seconds())
 	}
-	if n := len(r.pending); n > 0 {
-		if coalesces(r.pending[n-1], ev) {
-			r.tail = append(r.tail, ev.Text...) // += on the string would copy it whole for every delta
-			return
-		}
-	}
-	r.seal()
-	if r.overflowed {
-		r.dropped++ // the round is being interrupted; what it still says is not kept
+	queued, overflowed := r.out.add(ev, r.cfg.OutboxLimit)
+	if !queued {
 		return
 	}
-	r.pending = append(r.pending, ev)
-	if len(r.pending) > r.cfg.OutboxLimit {
-		r.log.Warn("the caller cannot keep up; interrupting the round", "held", len(r.pending))
-		r.overflowed = true
+	if overflowed {
+		r.log.Warn("the caller cannot keep up; interrupting the round", "held", len(r.out.pending))
 		r.stop()
 	}
 	r.flush(false)
@@ -240,27 +229,13 @@ func (r *roundActor) emit(ev messages.RoundEvent) {
 // flush sends what the window allows (everything when all is set) and arms
 // a timer for the rest.
 func (r *roundActor) flush(all bool) {
-	r.seal()
-	now := time.Now()
-	if now.Sub(r.windowStart) >= r.cfg.OutboxWindow {
-		r.windowStart, r.sentInWin = now, 0
-	}
-	n := 0
-	for n < len(r.pending) && (all || r.sentInWin < r.cfg.OutboxBurst) {
-		ev := r.pending[n]
-		r.seq++
-		ev.RoundID, ev.Seq = r.req.RoundID, r.seq
+	evs, arm, wait := r.out.take(time.Now(), all, r.cfg.OutboxWindow, r.cfg.OutboxBurst)
+	for _, ev := range evs {
+		ev.RoundID = r.req.RoundID
 		deliver(r.engine, r.req.replyTo, ev, r.log)
-		r.sentInWin++
-		n++
 	}
-	r.pending = r.pending[n:]
-	if len(r.pending) == 0 {
-		r.pending = nil
-	} else if !r.flushArmed {
-		r.flushArmed = true
-		engine, self := r.engine, r.self
-		time.AfterFunc(r.cfg.OutboxWindow-now.Sub(r.windowStart), func() { engine.Send(self, flushOutbox{}) })
+	if arm {
+		r.after(wait, flushOutbox{})
 	}
 }
 
@@ -292,15 +267,6 @@ func (r *roundActor) onNote(n *codexrpc.Notification, hd header) {
 	}
 	if end != nil {
 		r.turnEnded(end)
-	}
-}
-
-// seal moves the coalesced tail into the last pending event.
-func (r *roundActor) seal() {
-	if len(r.tail) > 0 {
-		last := &r.pending[len(r.pending)-1]
-		last.Text += string(r.tail)
-		r.tail = r.tail[:0]
 	}
 }
 
@@ -350,10 +316,10 @@ func (r *roundActor) checkStall() {
 func (r *roundActor) turnEnded(end *turnEnd) {
 	r.ended, r.end = true, end
 	switch {
-	case r.callerGone:
+	case r.out.state == outboxClosed:
 		r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
 		return
-	case r.overflowed:
+	case r.out.state == outboxOverflowed:
 		r.finish(messages.StatusInterrupted, "", end.CodexErrorInfo)
 		return
 	case !r.stalledAt.IsZero():
@@ -379,8 +345,8 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		return
 	}
 	r.done = true
-	if r.overflowed && status == messages.StatusInterrupted {
-		errText = fmt.Sprintf("the caller could not keep up; the round was interrupted (%d events dropped)", r.dropped)
+	if r.out.state == outboxOverflowed && status == messages.StatusInterrupted {
+		errText = fmt.Sprintf("the caller could not keep up; the round was interrupted (%d events dropped)", r.out.dropped)
 	}
 	r.ticker.Stop()
 	r.verdict = &messages.RoundFinished{
@@ -411,8 +377,7 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 	if r.saving > 0 || r.starting {
 		// The registry's answers, and turn/start's (a turn that ended
 		// before its start was answered still records a fresh thread).
-		engine, self := r.engine, r.self
-		time.AfterFunc(r.cfg.CallTimeout, func() { engine.Send(self, savesLate{}) })
+		r.after(r.cfg.CallTimeout, savesLate{})
 		return
 	}
 	r.conclude()
@@ -455,7 +420,7 @@ func (r *roundActor) conclude() {
 		r.engine.Unsubscribe(r.self)
 	}
 	windDown()
-	if !r.callerGone { // nothing more goes to a caller that is gone
+	if r.out.state != outboxClosed { // nothing more goes to a caller that is gone
 		r.flush(true) // every event goes before the verdict
 		deliver(r.engine, r.req.replyTo, v, r.log)
 	}
