@@ -30,36 +30,75 @@ type roundActor struct {
 	mapper *mapper
 	done   bool
 
-	known     threadLookup // the registry's answer
-	text      string       // the turn's input: the request's, seeded when the thread is fresh
-	threadID  string
-	turnID    string
 	opened    bool
 	starting  bool // turn/start is on its way: the verdict waits for its answer
-	resumed   bool
-	warm      bool // the thread was loaded already with the round's settings: no resume
-	ended     bool // the turn's end came: the thread may stay loaded for the next round
-	fellBack  bool
-	lostCtx   bool     // a fresh thread without the mesh thread's earlier turns
-	interrupt bool     // asked before the turn had an id
-	end       *turnEnd // what turn/completed said, for the verdict
-
-	// The verdict waits for the registry's answers to the round's writes
-	// (see finish); what could not be written is named in it.
-	verdict   *messages.RoundFinished
-	saving    int
-	notSaved  []string
 	concluded bool
 
-	out outbox // toward the caller (see emit)
+	thread  roundThread  // the codex thread, and how it was had
+	turn    roundTurn    // the codex turn
+	verdict roundVerdict // the verdict, and the writes it waits for
+	out     outbox       // toward the caller (see emit)
+	clock   roundClock   // the round's times, and its stall ticker
+}
 
+// roundThread is the round's codex thread, and how it was had.
+type roundThread struct {
+	known   threadLookup // the registry's answer (after a refused resume, with the journal's turns)
+	id      string
+	by      openedBy
+	lostCtx bool // a fresh thread without the mesh thread's earlier turns
+}
+
+// openedBy is how the round's codex thread was had.
+type openedBy uint8
+
+const (
+	notOpened      openedBy = iota
+	openedFresh             // thread/start: the mesh thread had no codex thread (or its record was damaged)
+	openedResumed           // thread/resume
+	openedWarm              // loaded already with the round's settings: taken as it is, no resume
+	openedFellBack          // the resume was refused: thread/start, seeded with a transcript (set at the refusal)
+)
+
+// resumed says the thread is the one the registry named, as it was.
+func (b openedBy) resumed() bool { return b == openedResumed || b == openedWarm }
+
+// stamp puts the thread and how it was had into the verdict.
+func (t *roundThread) stamp(v *messages.RoundFinished) {
+	v.CodexThreadID, v.Resumed, v.FellBack, v.ContextLost = t.id, t.by.resumed(), t.by == openedFellBack, t.lostCtx
+}
+
+// roundTurn is the round's codex turn.
+type roundTurn struct {
+	id string // from turn/start's answer (see currentTurn)
+	// begun: the CLI accepted the turn, so the user's message is in the
+	// thread whatever the end, and the journal keeps it.
+	begun bool
+	// owed: an interrupt was asked before the turn had an id; it is sent
+	// as soon as it has one. It is a request held, not a phase: the round
+	// goes on opening meanwhile.
+	owed bool
+	end  *turnEnd // what turn/completed said; nil until the turn's end came
+}
+
+// roundVerdict is the round's verdict once decided, and what it still
+// waits for: the registry's answers to the round's writes (see finish).
+// What could not be written is named in it.
+type roundVerdict struct {
+	decided  *messages.RoundFinished
+	saving   int      // the round's writes the registry has not answered
+	notSaved []string // the writes that failed (earlier rounds' too)
+	limit    string   // a limit of the user's met during the round (limits.go)
+}
+
+// roundClock is the round's times, and the ticker that checks them (see
+// checkStall).
+type roundClock struct {
 	ticker       actor.SendRepeater
+	startedAt    time.Time
 	lastProgress time.Time
 	stalledAt    time.Time // when a stalled turn was interrupted
-	turnBegun    bool      // the CLI accepted the turn: the message is in the thread
-	startedAt    time.Time
-	firstDelta   bool
-	limit        string // a limit of the user's met during the round (limits.go)
+	firstDelta   time.Time // when the first text delta came (FirstDelta)
 }
 
 // roundWiring is who a round works with: its configuration and logger,
@@ -124,9 +163,9 @@ func (r *roundActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
 	case actor.Started:
 		r.engine, r.self, r.parent = c.Engine(), c.PID(), c.Parent()
-		r.lastProgress = time.Now()
-		r.startedAt = r.lastProgress
-		r.ticker = c.SendRepeat(c.PID(), stallTick{}, tickInterval(min(r.cfg.StallTimeout, r.cfg.CallTimeout)))
+		r.clock.lastProgress = time.Now()
+		r.clock.startedAt = r.clock.lastProgress
+		r.clock.ticker = c.SendRepeat(c.PID(), stallTick{}, tickInterval(min(r.cfg.StallTimeout, r.cfg.CallTimeout)))
 		if r.req.replyTo != nil && r.req.replyTo.Address != c.Engine().Address() {
 			c.Engine().Subscribe(c.PID()) // to learn when the caller is unreachable
 		}
@@ -166,16 +205,16 @@ func (r *roundActor) Receive(c *actor.Context) {
 	case appAnswer:
 		r.answered(m)
 	case saved:
-		r.saving--
+		r.verdict.saving--
 		if m.err != nil {
-			r.notSaved = append(r.notSaved, m.what+": "+m.err.Error())
+			r.verdict.notSaved = append(r.verdict.notSaved, m.what+": "+m.err.Error())
 		}
-		if r.done && r.saving <= 0 && !r.starting && !r.concluded {
+		if r.done && r.verdict.saving <= 0 && !r.starting && !r.concluded {
 			r.conclude()
 		}
 	case savesLate:
 		if !r.concluded {
-			r.notSaved = append(r.notSaved, fmt.Sprintf("the registry did not answer within %v", r.cfg.CallTimeout))
+			r.verdict.notSaved = append(r.verdict.notSaved, fmt.Sprintf("the registry did not answer within %v", r.cfg.CallTimeout))
 			r.conclude()
 		}
 	case roundNote:
@@ -190,7 +229,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 		}
 	case limitMet:
 		if !r.done {
-			r.limit = m.resource
+			r.verdict.limit = m.resource
 		}
 	case codexLost:
 		if !r.done && r.out.state == outboxClosed {
@@ -211,9 +250,9 @@ func (r *roundActor) emit(ev messages.RoundEvent) {
 	if r.out.state == outboxClosed {
 		return
 	}
-	if ev.Kind == messages.KindText && !r.firstDelta {
-		r.firstDelta = true
-		r.cfg.Metrics.FirstDelta.Observe(time.Since(r.startedAt).Seconds())
+	if ev.Kind == messages.KindText && r.clock.firstDelta.IsZero() {
+		r.clock.firstDelta = time.Now()
+		r.cfg.Metrics.FirstDelta.Observe(r.clock.firstDelta.Sub(r.clock.startedAt).Seconds())
 	}
 	queued, overflowed := r.out.add(ev, r.cfg.OutboxLimit)
 	if !queued {
@@ -246,21 +285,21 @@ func (r *roundActor) onNote(n *codexrpc.Notification, hd header) {
 		return
 	}
 	if isProgress(n) {
-		r.lastProgress = time.Now()
+		r.clock.lastProgress = time.Now()
 	}
 	if n.Method == codexproto.NoteTurnStarted {
-		r.turnBegun = true // the CLI holds the user's message now
+		r.turn.begun = true // the CLI holds the user's message now
 	}
 	events, end := r.mapper.headed(n, hd)
-	if r.interrupt && r.mapper.turnID != "" {
-		r.interrupt = false // asked before the turn had an id; it has one now
+	if r.turn.owed && r.mapper.turnID != "" {
+		r.turn.owed = false // asked before the turn had an id; it has one now
 		r.interruptTurn(nil)
 	}
 	if cur := r.currentTurn(); end != nil && cur != "" && end.TurnID != "" && end.TurnID != cur {
 		end = nil // another turn of the thread (an earlier round's): not this round's end
 	}
 	if end != nil {
-		r.turnBegun = true // a turn that ended had begun
+		r.turn.begun = true // a turn that ended had begun
 	}
 	for _, ev := range events {
 		r.emit(ev)
@@ -274,8 +313,8 @@ func (r *roundActor) onNote(n *codexrpc.Notification, hd header) {
 // the turn/started notification when the CLI wrote that first (both reach
 // the round in wire order, through the app-server actor).
 func (r *roundActor) currentTurn() string {
-	if r.turnID != "" {
-		return r.turnID
+	if r.turn.id != "" {
+		return r.turn.id
 	}
 	return r.mapper.turnID
 }
@@ -283,7 +322,7 @@ func (r *roundActor) currentTurn() string {
 // stop interrupts the turn, or asks for that as soon as it has an id.
 func (r *roundActor) stop() {
 	if r.currentTurn() == "" {
-		r.interrupt = true
+		r.turn.owed = true
 		return
 	}
 	r.interruptTurn(nil)
@@ -298,23 +337,23 @@ func (r *roundActor) checkStall() {
 	if r.currentTurn() == "" {
 		// Every step of the opening has its deadline in the app-server
 		// actor; this one bounds them all, whatever goes wrong.
-		if d := openWait(r.cfg); !r.starting && time.Since(r.startedAt) >= d {
+		if d := openWait(r.cfg); !r.starting && time.Since(r.clock.startedAt) >= d {
 			r.finish(messages.StatusFailed, fmt.Sprintf("the codex thread was not opened within %v", d), "")
 		}
 		return
 	}
 	switch {
-	case r.stalledAt.IsZero() && time.Since(r.lastProgress) >= r.cfg.StallTimeout:
+	case r.clock.stalledAt.IsZero() && time.Since(r.clock.lastProgress) >= r.cfg.StallTimeout:
 		r.log.Warn("the turn made no progress; interrupting it", "for", r.cfg.StallTimeout)
-		r.stalledAt = time.Now()
+		r.clock.stalledAt = time.Now()
 		r.interruptTurn(nil)
-	case !r.stalledAt.IsZero() && time.Since(r.stalledAt) >= r.cfg.CallTimeout:
+	case !r.clock.stalledAt.IsZero() && time.Since(r.clock.stalledAt) >= r.cfg.CallTimeout:
 		r.finish(messages.StatusFailed, fmt.Sprintf("the turn made no progress for %v and did not end when interrupted", r.cfg.StallTimeout), "")
 	}
 }
 
 func (r *roundActor) turnEnded(end *turnEnd) {
-	r.ended, r.end = true, end
+	r.turn.end = end
 	switch {
 	case r.out.state == outboxClosed:
 		r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
@@ -322,7 +361,7 @@ func (r *roundActor) turnEnded(end *turnEnd) {
 	case r.out.state == outboxOverflowed:
 		r.finish(messages.StatusInterrupted, "", end.CodexErrorInfo)
 		return
-	case !r.stalledAt.IsZero():
+	case !r.clock.stalledAt.IsZero():
 		r.finish(messages.StatusFailed, fmt.Sprintf("the turn made no progress for %v and was interrupted", r.cfg.StallTimeout), end.CodexErrorInfo)
 		return
 	}
@@ -348,33 +387,34 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 	if r.out.state == outboxOverflowed && status == messages.StatusInterrupted {
 		errText = fmt.Sprintf("the caller could not keep up; the round was interrupted (%d events dropped)", r.out.dropped)
 	}
-	r.ticker.Stop()
-	r.verdict = &messages.RoundFinished{
+	r.clock.ticker.Stop()
+	v := &messages.RoundFinished{
 		RoundID: r.req.RoundID, Thread: r.req.Thread, Status: status,
 		Error: errText, CodexErrorInfo: info,
 	}
-	r.mapper.decorate(r.verdict, r.end)
-	if r.limit != "" {
+	r.verdict.decided = v
+	r.mapper.decorate(v, r.turn.end)
+	if r.verdict.limit != "" {
 		// The limit is why the round failed, or what its turn worked
 		// around: either way the caller is told, typed.
-		info, text := limitError(r.limit)
-		r.verdict.ErrorInfo = info
-		if r.verdict.Error != "" {
-			text += ": " + r.verdict.Error
+		info, text := limitError(r.verdict.limit)
+		v.ErrorInfo = info
+		if v.Error != "" {
+			text += ": " + v.Error
 		}
-		r.verdict.Error = text
+		v.Error = text
 	}
-	if r.turnBegun {
+	if r.turn.begun {
 		// The CLI keeps the user's message in the thread whatever the end;
 		// the journal keeps what the transcript fallback needs.
 		turns := []store.Turn{{Role: store.RoleUser, Text: r.req.Text}}
 		if a := r.mapper.Answer(); a != "" {
 			turns = append(turns, store.Turn{Role: store.RoleAssistant, Text: a})
 		}
-		r.saving++
+		r.verdict.saving++
 		r.engine.Send(r.registry, appendTurns{key: r.req.Thread, turns: turns, round: r.self})
 	}
-	if r.saving > 0 || r.starting {
+	if r.verdict.saving > 0 || r.starting {
 		// The registry's answers, and turn/start's (a turn that ended
 		// before its start was answered still records a fresh thread).
 		r.after(r.cfg.CallTimeout, savesLate{})
@@ -400,8 +440,9 @@ func (r *roundActor) conclude() {
 			return
 		}
 		wound = true
-		if r.threadID != "" {
-			r.engine.Send(r.codex, unsubscribe{threadID: r.threadID, round: r.self, keep: r.ended})
+		if r.thread.id != "" {
+			// A turn that ended leaves the thread loaded for the next round.
+			r.engine.Send(r.codex, unsubscribe{threadID: r.thread.id, round: r.self, keep: r.turn.end != nil})
 		}
 		r.engine.Send(r.parent, roundDone{key: r.req.Thread, roundID: r.req.RoundID})
 	}
@@ -409,10 +450,10 @@ func (r *roundActor) conclude() {
 		windDown()
 		r.engine.Poison(r.self)
 	}()
-	v := *r.verdict
-	v.CodexThreadID, v.Resumed, v.FellBack, v.ContextLost = r.threadID, r.resumed, r.fellBack, r.lostCtx
-	v.NotSaved = strings.Join(r.notSaved, "; ")
-	took := time.Since(r.startedAt)
+	v := *r.verdict.decided
+	r.thread.stamp(&v)
+	v.NotSaved = strings.Join(r.verdict.notSaved, "; ")
+	took := time.Since(r.clock.startedAt)
 	r.cfg.Metrics.RoundsInFlight.Dec()
 	r.cfg.Metrics.Rounds.WithLabelValues(string(v.Status)).Inc()
 	r.cfg.Metrics.RoundDuration.Observe(took.Seconds())
@@ -424,8 +465,8 @@ func (r *roundActor) conclude() {
 		r.flush(true) // every event goes before the verdict
 		deliver(r.engine, r.req.replyTo, v, r.log)
 	}
-	r.log.Info("round finished", "status", v.Status, "duration", took, "resumed", r.resumed, "warm", r.warm, "fell_back", r.fellBack,
-		"context_lost", r.lostCtx, "not_saved", v.NotSaved)
+	r.log.Info("round finished", "status", v.Status, "duration", took, "resumed", v.Resumed, "warm", r.thread.by == openedWarm,
+		"fell_back", v.FellBack, "context_lost", v.ContextLost, "not_saved", v.NotSaved)
 }
 
 func (r *roundActor) onInterrupt(c *actor.Context) {
@@ -435,7 +476,7 @@ func (r *roundActor) onInterrupt(c *actor.Context) {
 		return
 	}
 	if r.currentTurn() == "" {
-		r.interrupt = true
+		r.turn.owed = true
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, OK: true}, r.log)
 		return
 	}
@@ -445,8 +486,8 @@ func (r *roundActor) onInterrupt(c *actor.Context) {
 // interruptTurn asks the app-server actor for turn/interrupt; the verdict
 // comes with turn/completed (interrupted). Reply, if set, gets the answer.
 func (r *roundActor) interruptTurn(reply *actor.PID) {
-	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnInterrupt, thread: r.threadID, to: r.self,
-		params: codexproto.TurnInterruptParams{ThreadID: r.threadID, TurnID: r.currentTurn()},
+	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnInterrupt, thread: r.thread.id, to: r.self,
+		params: codexproto.TurnInterruptParams{ThreadID: r.thread.id, TurnID: r.currentTurn()},
 		tag:    controlCall{method: "interrupt", reply: reply}})
 }
 
@@ -456,8 +497,8 @@ func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, Error: "no running turn to steer yet"}, r.log)
 		return
 	}
-	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnSteer, thread: r.threadID, to: r.self,
-		params: codexproto.TurnSteerParams{ThreadID: r.threadID, ExpectedTurnID: r.currentTurn(),
+	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnSteer, thread: r.thread.id, to: r.self,
+		params: codexproto.TurnSteerParams{ThreadID: r.thread.id, ExpectedTurnID: r.currentTurn(),
 			Input: codexproto.TextInput(m.Text), ClientUserMessageID: m.ClientMessageID},
 		tag: controlCall{method: "steer", reply: sender}})
 }
@@ -469,13 +510,13 @@ func (r *roundActor) looked(known threadLookup) {
 	if r.done || r.opened {
 		return
 	}
-	if r.fellBack {
-		r.known.turns, r.known.damaged = known.turns, r.known.damaged || known.damaged
+	if r.thread.by == openedFellBack {
+		r.thread.known.turns, r.thread.known.damaged = known.turns, r.thread.known.damaged || known.damaged
 		r.open("")
 		return
 	}
-	r.known = known
-	r.notSaved = append(r.notSaved, known.notSaved...) // earlier rounds' writes, failing still
+	r.thread.known = known
+	r.verdict.notSaved = append(r.verdict.notSaved, known.notSaved...) // earlier rounds' writes, failing still
 	r.open(known.threadID)
 }
 
@@ -498,7 +539,7 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 	if r.done || r.opened {
 		return
 	}
-	resuming := r.known.threadID != "" && !r.fellBack
+	resuming := r.thread.known.threadID != "" && r.thread.by != openedFellBack
 	if m.err != nil {
 		switch cls := codexrpc.Classify(m.err); {
 		case m.unavailable:
@@ -506,7 +547,7 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 		case resuming && (cls == codexrpc.ClassNoRollout || cls == codexrpc.ClassInvalidSessionID):
 			r.log.Info("codex refused the resume; starting afresh with a transcript", "err", m.err)
 			r.engine.Send(r.registry, forgetThread{key: r.req.Thread})
-			r.fellBack = true
+			r.thread.by = openedFellBack
 			// The registry did not read the journal for a thread it could
 			// name (see registryActor.lookup): looked opens afresh with it.
 			r.engine.Send(r.registry, lookupThread{key: r.req.Thread, round: r.self})
@@ -518,16 +559,24 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 		return
 	}
 	r.opened = true
-	r.threadID, r.resumed, r.warm = m.threadID, m.resumed, m.warm
-	r.text = r.req.Text
+	r.thread.id = m.threadID
+	switch {
+	case m.warm:
+		r.thread.by = openedWarm
+	case m.resumed:
+		r.thread.by = openedResumed
+	case r.thread.by != openedFellBack:
+		r.thread.by = openedFresh
+	}
+	text := r.req.Text
 	if !m.resumed {
-		r.text = r.seeded(r.known.turns)
+		text = r.seeded(r.thread.known.turns)
 		// The mesh thread had a history (its record or journal was there,
 		// damaged, or its resume was refused) and none of it seeds this one.
-		r.lostCtx = (r.known.damaged || r.fellBack) && r.text == r.req.Text
+		r.thread.lostCtx = (r.thread.known.damaged || r.thread.by == openedFellBack) && text == r.req.Text
 	}
 	r.mapper.setThread(m.threadID, m.model)
-	params, notes, err := r.turnStart(m.version)
+	params, notes, err := r.turnStart(text, m.version)
 	if err != nil {
 		status := messages.StatusFailed
 		if errors.Is(err, errInput) {
@@ -540,7 +589,7 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 		r.emit(messages.RoundEvent{Kind: messages.KindNotice, Text: n})
 	}
 	r.starting = true
-	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnStart, thread: r.threadID, to: r.self, tag: turnStartCall{},
+	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnStart, thread: r.thread.id, to: r.self, tag: turnStartCall{},
 		params: params})
 }
 
@@ -568,7 +617,7 @@ func (r *roundActor) answered(m appAnswer) {
 func (r *roundActor) turnStartAnswered(m appAnswer) {
 	r.starting = false
 	defer func() {
-		if r.done && r.saving <= 0 && !r.concluded {
+		if r.done && r.verdict.saving <= 0 && !r.concluded {
 			r.conclude()
 		}
 	}()
@@ -583,16 +632,16 @@ func (r *roundActor) turnStartAnswered(m appAnswer) {
 		}
 		return
 	}
-	r.turnID, r.turnBegun = turn.Turn.ID, true
-	if r.interrupt && !r.done {
-		r.interrupt = false
+	r.turn.id, r.turn.begun = turn.Turn.ID, true
+	if r.turn.owed && !r.done {
+		r.turn.owed = false
 		r.interruptTurn(nil)
 	}
-	if !r.resumed {
-		r.saving++ // the verdict waits for the registry's answer
-		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: r.threadID, round: r.self})
-		r.engine.Send(r.codex, appCall{method: codexproto.MethodThreadNameSet, thread: r.threadID, to: r.self, tag: nameCall{},
-			params: codexproto.ThreadNameSetParams{ThreadID: r.threadID, Name: "mw-" + store.KeyPrefix(r.req.Thread)}})
+	if !r.thread.by.resumed() {
+		r.verdict.saving++ // the verdict waits for the registry's answer
+		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: r.thread.id, round: r.self})
+		r.engine.Send(r.codex, appCall{method: codexproto.MethodThreadNameSet, thread: r.thread.id, to: r.self, tag: nameCall{},
+			params: codexproto.ThreadNameSetParams{ThreadID: r.thread.id, Name: "mw-" + store.KeyPrefix(r.req.Thread)}})
 	}
 }
 
