@@ -24,15 +24,14 @@ import (
 // routed notifications (and the calls' answers, in wire order with them)
 // to events for the caller, and sends exactly one verdict. It then records
 // what the journal needs and stops itself.
+//
+// Where it is in that is its phase (roundphase.go, with the table of the
+// changes it may make), and nothing else: no boolean here encodes a phase.
 type roundActor struct {
 	roundWiring
 	req    roundRequest
+	phase  roundPhase // changed by enter only
 	mapper *mapper
-	done   bool
-
-	opened    bool
-	starting  bool // turn/start is on its way: the verdict waits for its answer
-	concluded bool
 
 	thread  roundThread  // the codex thread, and how it was had
 	turn    roundTurn    // the codex turn
@@ -81,12 +80,14 @@ type roundTurn struct {
 	end  *turnEnd // what turn/completed said; nil until the turn's end came
 }
 
-// roundVerdict is the round's verdict once decided, and what it still
-// waits for: the registry's answers to the round's writes (see finish).
-// What could not be written is named in it.
+// roundVerdict is the round's verdict once decided, and the answers it
+// waits for (see finish). What could not be written is named in it.
 type roundVerdict struct {
-	decided  *messages.RoundFinished
-	saving   int      // the round's writes the registry has not answered
+	decided *messages.RoundFinished
+	// owed counts the answers the verdict waits for: the registry's to the
+	// round's writes, and turn/start's while it is on its way (a fresh
+	// thread's record is written once it comes).
+	owed     int
 	notSaved []string // the writes that failed (earlier rounds' too)
 	limit    string   // a limit of the user's met during the round (limits.go)
 }
@@ -151,7 +152,7 @@ func newRoundActor(cfg *Config, req roundRequest, codex, registry *actor.PID) ac
 // roundPanicked gives the caller its verdict when the round actor itself
 // fails: the guard has contained the panic; the round must still end once.
 func roundPanicked(c *actor.Context, v any) {
-	if r, ok := c.Receiver().(*roundActor); ok && !r.done {
+	if r, ok := c.Receiver().(*roundActor); ok && !r.phase.decided() {
 		if r.currentTurn() != "" {
 			r.interruptTurn(nil) // the turn must not run on without its round
 		}
@@ -163,6 +164,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
 	case actor.Started:
 		r.engine, r.self, r.parent = c.Engine(), c.PID(), c.Parent()
+		r.enter(phaseLookup)
 		r.clock.lastProgress = time.Now()
 		r.clock.startedAt = r.clock.lastProgress
 		r.clock.ticker = c.SendRepeat(c.PID(), stallTick{}, tickInterval(min(r.cfg.StallTimeout, r.cfg.CallTimeout)))
@@ -173,10 +175,10 @@ func (r *roundActor) Receive(c *actor.Context) {
 		r.log.Info("round started")
 		c.Send(r.registry, lookupThread{key: r.req.Thread, round: c.PID()})
 	case actor.Stopped:
-		if !r.done {
+		if !r.phase.decided() {
 			r.finish(messages.StatusInterrupted, "the daemon is stopping", "")
 		}
-		if !r.concluded { // the registry's answers cannot come any more
+		if r.phase == phaseSaving { // the registry's answers cannot come any more
 			r.conclude()
 		}
 	case flushOutbox:
@@ -185,17 +187,17 @@ func (r *roundActor) Receive(c *actor.Context) {
 	case stallTick:
 		r.checkStall()
 	case actor.RemoteUnreachableEvent:
-		if !r.done && r.out.state != outboxClosed && r.req.replyTo != nil && m.ListenAddr == r.req.replyTo.Address {
+		if !r.phase.decided() && r.out.state != outboxClosed && r.req.replyTo != nil && m.ListenAddr == r.req.replyTo.Address {
 			r.log.Warn("the caller is unreachable; interrupting the round")
 			r.out.close()
 			r.stop()
 		}
 	case approvalAnswered:
-		if !r.done {
+		if !r.phase.decided() {
 			r.emit(approvalNotice(m))
 		}
 	case appServerStarting:
-		if !r.done {
+		if !r.phase.decided() {
 			r.emit(messages.RoundEvent{Kind: messages.KindStatus, Text: messages.StatusStartingCodex})
 		}
 	case threadLookup:
@@ -205,15 +207,15 @@ func (r *roundActor) Receive(c *actor.Context) {
 	case appAnswer:
 		r.answered(m)
 	case saved:
-		r.verdict.saving--
+		r.verdict.owed--
 		if m.err != nil {
 			r.verdict.notSaved = append(r.verdict.notSaved, m.what+": "+m.err.Error())
 		}
-		if r.done && r.verdict.saving <= 0 && !r.starting && !r.concluded {
+		if r.phase == phaseSaving && r.verdict.owed <= 0 {
 			r.conclude()
 		}
 	case savesLate:
-		if !r.concluded {
+		if r.phase == phaseSaving {
 			r.verdict.notSaved = append(r.verdict.notSaved, fmt.Sprintf("the registry did not answer within %v", r.cfg.CallTimeout))
 			r.conclude()
 		}
@@ -224,17 +226,17 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.onNote(n, m.heads[i])
 		}
 	case questionAsked:
-		if !r.done {
+		if !r.phase.decided() {
 			r.emit(messages.RoundEvent{Kind: messages.KindQuestion, Text: m.text})
 		}
 	case limitMet:
-		if !r.done {
+		if !r.phase.decided() {
 			r.verdict.limit = m.resource
 		}
 	case codexLost:
-		if !r.done && r.out.state == outboxClosed {
+		if !r.phase.decided() && r.out.state == outboxClosed {
 			r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
-		} else if !r.done {
+		} else if !r.phase.decided() {
 			r.finish(messages.StatusFailed, m.err.Error(), "")
 		}
 	case messages.InterruptRound:
@@ -281,7 +283,7 @@ func (r *roundActor) flush(all bool) {
 // onNote takes one notification of the round's thread (or of its child
 // agents' threads), in wire order, with its header (readHead).
 func (r *roundActor) onNote(n *codexrpc.Notification, hd header) {
-	if r.done {
+	if r.phase.decided() {
 		return
 	}
 	if isProgress(n) {
@@ -291,6 +293,9 @@ func (r *roundActor) onNote(n *codexrpc.Notification, hd header) {
 		r.turn.begun = true // the CLI holds the user's message now
 	}
 	events, end := r.mapper.headed(n, hd)
+	if r.phase == phaseTurnStart && r.mapper.turnID != "" {
+		r.enter(phaseRunning) // turn/started came before turn/start's answer
+	}
 	if r.turn.owed && r.mapper.turnID != "" {
 		r.turn.owed = false // asked before the turn had an id; it has one now
 		r.interruptTurn(nil)
@@ -331,13 +336,14 @@ func (r *roundActor) stop() {
 // checkStall interrupts a turn that made no progress for StallTimeout, and
 // gives up on it when even the interrupt is not answered.
 func (r *roundActor) checkStall() {
-	if r.done {
+	if r.phase.decided() {
 		return
 	}
 	if r.currentTurn() == "" {
 		// Every step of the opening has its deadline in the app-server
-		// actor; this one bounds them all, whatever goes wrong.
-		if d := openWait(r.cfg); !r.starting && time.Since(r.clock.startedAt) >= d {
+		// actor; this one bounds them all, whatever goes wrong. (turn/start
+		// has the app-server actor's CallTimeout.)
+		if d := openWait(r.cfg); r.phase != phaseTurnStart && time.Since(r.clock.startedAt) >= d {
 			r.finish(messages.StatusFailed, fmt.Sprintf("the codex thread was not opened within %v", d), "")
 		}
 		return
@@ -380,10 +386,9 @@ func (r *roundActor) turnEnded(end *turnEnd) {
 // registry has answered the round's writes, so that the verdict can say
 // what was not saved.
 func (r *roundActor) finish(status messages.VerdictStatus, errText, info string) {
-	if r.done {
+	if r.phase.decided() || !r.enter(phaseSaving) {
 		return
 	}
-	r.done = true
 	if r.out.state == outboxOverflowed && status == messages.StatusInterrupted {
 		errText = fmt.Sprintf("the caller could not keep up; the round was interrupted (%d events dropped)", r.out.dropped)
 	}
@@ -411,10 +416,10 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		if a := r.mapper.Answer(); a != "" {
 			turns = append(turns, store.Turn{Role: store.RoleAssistant, Text: a})
 		}
-		r.verdict.saving++
+		r.verdict.owed++
 		r.engine.Send(r.registry, appendTurns{key: r.req.Thread, turns: turns, round: r.self})
 	}
-	if r.verdict.saving > 0 || r.starting {
+	if r.verdict.owed > 0 {
 		// The registry's answers, and turn/start's (a turn that ended
 		// before its start was answered still records a fresh thread).
 		r.after(r.cfg.CallTimeout, savesLate{})
@@ -425,7 +430,9 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 
 // conclude sends the verdict and winds the round down.
 func (r *roundActor) conclude() {
-	r.concluded = true
+	if !r.enter(phaseConcluded) {
+		return
+	}
 	defer r.req.settle(r.cfg)
 	// Winding down frees the thread for its next round and drops the
 	// subscription. It comes before the verdict: a caller's next command
@@ -471,7 +478,7 @@ func (r *roundActor) conclude() {
 
 func (r *roundActor) onInterrupt(c *actor.Context) {
 	sender := c.Sender()
-	if r.done {
+	if r.phase.decided() {
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, Error: "the round has already finished"}, r.log)
 		return
 	}
@@ -489,11 +496,14 @@ func (r *roundActor) interruptTurn(reply *actor.PID) {
 	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnInterrupt, thread: r.thread.id, to: r.self,
 		params: codexproto.TurnInterruptParams{ThreadID: r.thread.id, TurnID: r.currentTurn()},
 		tag:    controlCall{method: "interrupt", reply: reply}})
+	if r.phase != phaseInterrupting {
+		r.enter(phaseInterrupting)
+	}
 }
 
 func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 	sender := c.Sender()
-	if r.done || r.currentTurn() == "" {
+	if r.phase.decided() || r.currentTurn() == "" {
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, Error: "no running turn to steer yet"}, r.log)
 		return
 	}
@@ -507,17 +517,21 @@ func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 // refused resume it is the second lookup, for the journal: the thread is
 // fresh whatever the registry still names.
 func (r *roundActor) looked(known threadLookup) {
-	if r.done || r.opened {
-		return
-	}
-	if r.thread.by == openedFellBack {
+	switch r.phase {
+	case phaseLookup:
+		r.thread.known = known
+		r.verdict.notSaved = append(r.verdict.notSaved, known.notSaved...) // earlier rounds' writes, failing still
+		if known.threadID != "" {
+			r.enter(phaseResume)
+		} else {
+			r.enter(phaseFresh)
+		}
+		r.open(known.threadID)
+	case phaseFallBack:
 		r.thread.known.turns, r.thread.known.damaged = known.turns, r.thread.known.damaged || known.damaged
+		r.enter(phaseFresh)
 		r.open("")
-		return
 	}
-	r.thread.known = known
-	r.verdict.notSaved = append(r.verdict.notSaved, known.notSaved...) // earlier rounds' writes, failing still
-	r.open(known.threadID)
 }
 
 // open asks the app-server actor for the thread (resumed) or, with no
@@ -536,10 +550,10 @@ func (r *roundActor) settings() threadSettings {
 // threadOpened starts the turn in the opened thread, or starts afresh when
 // the resume was refused.
 func (r *roundActor) threadOpened(m threadOpenResult) {
-	if r.done || r.opened {
+	if r.phase != phaseResume && r.phase != phaseFresh {
 		return
 	}
-	resuming := r.thread.known.threadID != "" && r.thread.by != openedFellBack
+	resuming := r.phase == phaseResume
 	if m.err != nil {
 		switch cls := codexrpc.Classify(m.err); {
 		case m.unavailable:
@@ -548,6 +562,7 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 			r.log.Info("codex refused the resume; starting afresh with a transcript", "err", m.err)
 			r.engine.Send(r.registry, forgetThread{key: r.req.Thread})
 			r.thread.by = openedFellBack
+			r.enter(phaseFallBack)
 			// The registry did not read the journal for a thread it could
 			// name (see registryActor.lookup): looked opens afresh with it.
 			r.engine.Send(r.registry, lookupThread{key: r.req.Thread, round: r.self})
@@ -558,7 +573,6 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 		}
 		return
 	}
-	r.opened = true
 	r.thread.id = m.threadID
 	switch {
 	case m.warm:
@@ -588,7 +602,8 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 	for _, n := range notes {
 		r.emit(messages.RoundEvent{Kind: messages.KindNotice, Text: n})
 	}
-	r.starting = true
+	r.verdict.owed++ // turn/start's answer: the verdict waits for it
+	r.enter(phaseTurnStart)
 	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnStart, thread: r.thread.id, to: r.self, tag: turnStartCall{},
 		params: params})
 }
@@ -615,9 +630,9 @@ func (r *roundActor) answered(m appAnswer) {
 // turnStartAnswered learns the turn's id; the first turn of a fresh thread
 // records it (only now does it have a rollout to resume) and names it.
 func (r *roundActor) turnStartAnswered(m appAnswer) {
-	r.starting = false
+	r.verdict.owed--
 	defer func() {
-		if r.done && r.verdict.saving <= 0 && !r.concluded {
+		if r.phase == phaseSaving && r.verdict.owed <= 0 {
 			r.conclude()
 		}
 	}()
@@ -627,18 +642,21 @@ func (r *roundActor) turnStartAnswered(m appAnswer) {
 		err = decodeResult(codexproto.MethodTurnStart, m.result, &turn)
 	}
 	if err != nil {
-		if !r.done {
+		if !r.phase.decided() {
 			r.finish(messages.StatusFailed, fmt.Errorf("starting the turn: %w", err).Error(), "")
 		}
 		return
 	}
 	r.turn.id, r.turn.begun = turn.Turn.ID, true
-	if r.turn.owed && !r.done {
+	if r.phase == phaseTurnStart {
+		r.enter(phaseRunning)
+	}
+	if r.turn.owed && !r.phase.decided() {
 		r.turn.owed = false
 		r.interruptTurn(nil)
 	}
 	if !r.thread.by.resumed() {
-		r.verdict.saving++ // the verdict waits for the registry's answer
+		r.verdict.owed++ // the verdict waits for the registry's answer
 		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: r.thread.id, round: r.self})
 		r.engine.Send(r.codex, appCall{method: codexproto.MethodThreadNameSet, thread: r.thread.id, to: r.self, tag: nameCall{},
 			params: codexproto.ThreadNameSetParams{ThreadID: r.thread.id, Name: "mw-" + store.KeyPrefix(r.req.Thread)}})
