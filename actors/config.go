@@ -142,6 +142,9 @@ type Config struct {
 
 	rounds *gate         // rounds admitted and not yet given a verdict
 	sample *edge.Sampler // log lines about rejected input: 10 per reason per minute
+	// roundPhases, when set (by tests), hears every phase a round
+	// enters, in order, on the round's goroutine.
+	roundPhases func(roundID string, p roundPhase)
 }
 
 // Placement says which cluster member serves a user. cluster.Node

@@ -266,13 +266,13 @@ func roundMapper(req messages.StartRound) *mapper {
 	return m
 }
 
-// turnStart is the round's turn/start: its text (seeded for a fresh
-// thread) with its inputs, within the operator's bounds, for a CLI of
-// version v; notes tell the caller what was clamped.
-func (r *roundActor) turnStart(v codexproto.Version) (codexproto.TurnStartSurfaceParams, []string, error) {
+// turnStart is the round's turn/start: text (the request's, seeded for a
+// fresh thread) with its inputs, within the operator's bounds, for a CLI
+// of version v; notes tell the caller what was clamped.
+func (r *roundActor) turnStart(text string, v codexproto.Version) (codexproto.TurnStartSurfaceParams, []string, error) {
 	req := r.req.StartRound
-	req.Text = r.text
-	return turnStartParams(codexproto.TurnStartParams{ThreadID: r.threadID, Summary: "auto",
+	req.Text = text
+	return turnStartParams(codexproto.TurnStartParams{ThreadID: r.thread.id, Summary: "auto",
 		Model: r.req.Model, Effort: r.req.Effort, ClientUserMessageID: r.req.ClientMessageID},
 		req, r.cfg.Workspace, v, r.bounds())
 }

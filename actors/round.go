@@ -24,58 +24,100 @@ import (
 // routed notifications (and the calls' answers, in wire order with them)
 // to events for the caller, and sends exactly one verdict. It then records
 // what the journal needs and stops itself.
+//
+// Where it is in that is its phase (roundphase.go, with the table of the
+// changes it may make), and nothing else: no boolean here encodes a phase.
 type roundActor struct {
-	cfg      *Config
-	req      roundRequest
-	log      *slog.Logger
-	codex    *actor.PID
-	registry *actor.PID
-	parent   *actor.PID
-
-	engine *actor.Engine
-	self   *actor.PID
-	seq    uint64
+	roundWiring
+	req    roundRequest
+	phase  roundPhase // changed by enter only
 	mapper *mapper
-	done   bool
 
-	known     threadLookup // the registry's answer
-	text      string       // the turn's input: the request's, seeded when the thread is fresh
-	threadID  string
-	turnID    string
-	opened    bool
-	starting  bool // turn/start is on its way: the verdict waits for its answer
-	resumed   bool
-	warm      bool // the thread was loaded already with the round's settings: no resume
-	ended     bool // the turn's end came: the thread may stay loaded for the next round
-	fellBack  bool
-	lostCtx   bool     // a fresh thread without the mesh thread's earlier turns
-	interrupt bool     // asked before the turn had an id
-	end       *turnEnd // what turn/completed said, for the verdict
+	thread  roundThread  // the codex thread, and how it was had
+	turn    roundTurn    // the codex turn
+	verdict roundVerdict // the verdict, and the writes it waits for
+	out     outbox       // toward the caller (see emit)
+	clock   roundClock   // the round's times, and its stall ticker
+}
 
-	// The verdict waits for the registry's answers to the round's writes
-	// (see finish); what could not be written is named in it.
-	verdict   *messages.RoundFinished
-	saving    int
-	notSaved  []string
-	concluded bool
+// roundThread is the round's codex thread, and how it was had.
+type roundThread struct {
+	known   threadLookup // the registry's answer (after a refused resume, with the journal's turns)
+	id      string
+	by      openedBy
+	lostCtx bool // a fresh thread without the mesh thread's earlier turns
+}
 
-	// The outbox toward the caller (see emit).
-	pending     []messages.RoundEvent
-	tail        []byte // text coalesced into the last pending event, not yet in it (see seal)
-	windowStart time.Time
-	sentInWin   int
-	flushArmed  bool
+// openedBy is how the round's codex thread was had.
+type openedBy uint8
 
+const (
+	notOpened      openedBy = iota
+	openedFresh             // thread/start: the mesh thread had no codex thread (or its record was damaged)
+	openedResumed           // thread/resume
+	openedWarm              // loaded already with the round's settings: taken as it is, no resume
+	openedFellBack          // the resume was refused: thread/start, seeded with a transcript (set at the refusal)
+)
+
+// resumed says the thread is the one the registry named, as it was.
+func (b openedBy) resumed() bool { return b == openedResumed || b == openedWarm }
+
+// stamp puts the thread and how it was had into the verdict.
+func (t *roundThread) stamp(v *messages.RoundFinished) {
+	v.CodexThreadID, v.Resumed, v.FellBack, v.ContextLost = t.id, t.by.resumed(), t.by == openedFellBack, t.lostCtx
+}
+
+// roundTurn is the round's codex turn.
+type roundTurn struct {
+	id string // from turn/start's answer (see currentTurn)
+	// begun: the CLI accepted the turn, so the user's message is in the
+	// thread whatever the end, and the journal keeps it.
+	begun bool
+	// owed: an interrupt was asked before the turn had an id; it is sent
+	// as soon as it has one. It is a request held, not a phase: the round
+	// goes on opening meanwhile.
+	owed bool
+	end  *turnEnd // what turn/completed said; nil until the turn's end came
+}
+
+// roundVerdict is the round's verdict once decided, and the answers it
+// waits for (see finish). What could not be written is named in it.
+type roundVerdict struct {
+	decided *messages.RoundFinished
+	// owed counts the answers the verdict waits for: the registry's to the
+	// round's writes, and turn/start's while it is on its way (a fresh
+	// thread's record is written once it comes).
+	owed     int
+	notSaved []string // the writes that failed (earlier rounds' too)
+	limit    string   // a limit of the user's met during the round (limits.go)
+}
+
+// roundClock is the round's times, and the ticker that checks them (see
+// checkStall).
+type roundClock struct {
 	ticker       actor.SendRepeater
+	startedAt    time.Time
 	lastProgress time.Time
 	stalledAt    time.Time // when a stalled turn was interrupted
-	callerGone   bool
-	turnBegun    bool // the CLI accepted the turn: the message is in the thread
-	overflowed   bool // the outbox passed its limit: the round is being interrupted
-	dropped      int  // events dropped after the overflow
-	startedAt    time.Time
-	firstDelta   bool
-	limit        string // a limit of the user's met during the round (limits.go)
+	firstDelta   time.Time // when the first text delta came (FirstDelta)
+}
+
+// roundWiring is who a round works with: its configuration and logger,
+// and the actors it sends to.
+type roundWiring struct {
+	cfg      *Config
+	log      *slog.Logger
+	engine   *actor.Engine
+	self     *actor.PID
+	parent   *actor.PID // the round log
+	codex    *actor.PID // the app-server actor
+	registry *actor.PID
+}
+
+// after sends the round msg once d has passed.
+func (w *roundWiring) after(d time.Duration, msg any) {
+	engine, self := w.engine, w.self
+	time.AfterFunc(d, func() { engine.Send(self, msg) })
 }
 
 // Messages the round actor sends itself.
@@ -98,9 +140,10 @@ type (
 func newRoundActor(cfg *Config, req roundRequest, codex, registry *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &roundActor{
-			cfg: cfg, req: req, codex: codex, registry: registry,
-			log: cfg.Logger.With("user", userTag(req.User), "thread", store.KeyPrefix(req.Thread),
-				"round", req.RoundID),
+			roundWiring: roundWiring{cfg: cfg, codex: codex, registry: registry,
+				log: cfg.Logger.With("user", userTag(req.User), "thread", store.KeyPrefix(req.Thread),
+					"round", req.RoundID)},
+			req:    req,
 			mapper: roundMapper(req.StartRound),
 		}
 	}
@@ -109,7 +152,7 @@ func newRoundActor(cfg *Config, req roundRequest, codex, registry *actor.PID) ac
 // roundPanicked gives the caller its verdict when the round actor itself
 // fails: the guard has contained the panic; the round must still end once.
 func roundPanicked(c *actor.Context, v any) {
-	if r, ok := c.Receiver().(*roundActor); ok && !r.done {
+	if r, ok := c.Receiver().(*roundActor); ok && !r.phase.decided() {
 		if r.currentTurn() != "" {
 			r.interruptTurn(nil) // the turn must not run on without its round
 		}
@@ -121,9 +164,10 @@ func (r *roundActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {
 	case actor.Started:
 		r.engine, r.self, r.parent = c.Engine(), c.PID(), c.Parent()
-		r.lastProgress = time.Now()
-		r.startedAt = r.lastProgress
-		r.ticker = c.SendRepeat(c.PID(), stallTick{}, tickInterval(min(r.cfg.StallTimeout, r.cfg.CallTimeout)))
+		r.enter(phaseLookup)
+		r.clock.lastProgress = time.Now()
+		r.clock.startedAt = r.clock.lastProgress
+		r.clock.ticker = c.SendRepeat(c.PID(), stallTick{}, tickInterval(min(r.cfg.StallTimeout, r.cfg.CallTimeout)))
 		if r.req.replyTo != nil && r.req.replyTo.Address != c.Engine().Address() {
 			c.Engine().Subscribe(c.PID()) // to learn when the caller is unreachable
 		}
@@ -131,30 +175,29 @@ func (r *roundActor) Receive(c *actor.Context) {
 		r.log.Info("round started")
 		c.Send(r.registry, lookupThread{key: r.req.Thread, round: c.PID()})
 	case actor.Stopped:
-		if !r.done {
+		if !r.phase.decided() {
 			r.finish(messages.StatusInterrupted, "the daemon is stopping", "")
 		}
-		if !r.concluded { // the registry's answers cannot come any more
+		if r.phase == phaseSaving { // the registry's answers cannot come any more
 			r.conclude()
 		}
 	case flushOutbox:
-		r.flushArmed = false
+		r.out.fired()
 		r.flush(false)
 	case stallTick:
 		r.checkStall()
 	case actor.RemoteUnreachableEvent:
-		if !r.done && !r.callerGone && r.req.replyTo != nil && m.ListenAddr == r.req.replyTo.Address {
+		if !r.phase.decided() && r.out.state != outboxClosed && r.req.replyTo != nil && m.ListenAddr == r.req.replyTo.Address {
 			r.log.Warn("the caller is unreachable; interrupting the round")
-			r.callerGone = true
-			r.pending, r.tail = nil, nil
+			r.out.close()
 			r.stop()
 		}
 	case approvalAnswered:
-		if !r.done {
+		if !r.phase.decided() {
 			r.emit(approvalNotice(m))
 		}
 	case appServerStarting:
-		if !r.done {
+		if !r.phase.decided() {
 			r.emit(messages.RoundEvent{Kind: messages.KindStatus, Text: messages.StatusStartingCodex})
 		}
 	case threadLookup:
@@ -164,16 +207,16 @@ func (r *roundActor) Receive(c *actor.Context) {
 	case appAnswer:
 		r.answered(m)
 	case saved:
-		r.saving--
+		r.verdict.owed--
 		if m.err != nil {
-			r.notSaved = append(r.notSaved, m.what+": "+m.err.Error())
+			r.verdict.notSaved = append(r.verdict.notSaved, m.what+": "+m.err.Error())
 		}
-		if r.done && r.saving <= 0 && !r.starting && !r.concluded {
+		if r.phase == phaseSaving && r.verdict.owed <= 0 {
 			r.conclude()
 		}
 	case savesLate:
-		if !r.concluded {
-			r.notSaved = append(r.notSaved, fmt.Sprintf("the registry did not answer within %v", r.cfg.CallTimeout))
+		if r.phase == phaseSaving {
+			r.verdict.notSaved = append(r.verdict.notSaved, fmt.Sprintf("the registry did not answer within %v", r.cfg.CallTimeout))
 			r.conclude()
 		}
 	case roundNote:
@@ -183,17 +226,17 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.onNote(n, m.heads[i])
 		}
 	case questionAsked:
-		if !r.done {
+		if !r.phase.decided() {
 			r.emit(messages.RoundEvent{Kind: messages.KindQuestion, Text: m.text})
 		}
 	case limitMet:
-		if !r.done {
-			r.limit = m.resource
+		if !r.phase.decided() {
+			r.verdict.limit = m.resource
 		}
 	case codexLost:
-		if !r.done && r.callerGone {
+		if !r.phase.decided() && r.out.state == outboxClosed {
 			r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
-		} else if !r.done {
+		} else if !r.phase.decided() {
 			r.finish(messages.StatusFailed, m.err.Error(), "")
 		}
 	case messages.InterruptRound:
@@ -203,35 +246,22 @@ func (r *roundActor) Receive(c *actor.Context) {
 	}
 }
 
-// emit queues an event for the caller. Up to OutboxBurst events go out per
-// OutboxWindow as they come; past that the caller is taken to be slow and
-// events wait for the next window, adjacent text (and reasoning) deltas of
-// one item merged into one event: content and order are kept, the message
-// rate is bounded. Hollywood's mailboxes are unbounded, so the bound is
-// kept here: past OutboxLimit held events the round is interrupted.
+// emit queues an event for the caller (see outbox): past OutboxLimit held
+// events the round is interrupted.
 func (r *roundActor) emit(ev messages.RoundEvent) {
-	if r.callerGone {
+	if r.out.state == outboxClosed {
 		return
 	}
-	if ev.Kind == messages.KindText && !r.firstDelta {
-		r.firstDelta = true
-		r.cfg.Metrics.FirstDelta.Observe(time.Since(r.startedAt).Seconds())
+	if ev.Kind == messages.KindText && r.clock.firstDelta.IsZero() {
+		r.clock.firstDelta = time.Now()
+		r.cfg.Metrics.FirstDelta.Observe(r.clock.firstDelta.Sub(r.clock.startedAt).Seconds())
 	}
-	if n := len(r.pending); n > 0 {
-		if coalesces(r.pending[n-1], ev) {
-			r.tail = append(r.tail, ev.Text...) // += on the string would copy it whole for every delta
-			return
-		}
-	}
-	r.seal()
-	if r.overflowed {
-		r.dropped++ // the round is being interrupted; what it still says is not kept
+	queued, overflowed := r.out.add(ev, r.cfg.OutboxLimit)
+	if !queued {
 		return
 	}
-	r.pending = append(r.pending, ev)
-	if len(r.pending) > r.cfg.OutboxLimit {
-		r.log.Warn("the caller cannot keep up; interrupting the round", "held", len(r.pending))
-		r.overflowed = true
+	if overflowed {
+		r.log.Warn("the caller cannot keep up; interrupting the round", "held", len(r.out.pending))
 		r.stop()
 	}
 	r.flush(false)
@@ -240,52 +270,41 @@ func (r *roundActor) emit(ev messages.RoundEvent) {
 // flush sends what the window allows (everything when all is set) and arms
 // a timer for the rest.
 func (r *roundActor) flush(all bool) {
-	r.seal()
-	now := time.Now()
-	if now.Sub(r.windowStart) >= r.cfg.OutboxWindow {
-		r.windowStart, r.sentInWin = now, 0
-	}
-	n := 0
-	for n < len(r.pending) && (all || r.sentInWin < r.cfg.OutboxBurst) {
-		ev := r.pending[n]
-		r.seq++
-		ev.RoundID, ev.Seq = r.req.RoundID, r.seq
+	evs, arm, wait := r.out.take(time.Now(), all, r.cfg.OutboxWindow, r.cfg.OutboxBurst)
+	for _, ev := range evs {
+		ev.RoundID = r.req.RoundID
 		deliver(r.engine, r.req.replyTo, ev, r.log)
-		r.sentInWin++
-		n++
 	}
-	r.pending = r.pending[n:]
-	if len(r.pending) == 0 {
-		r.pending = nil
-	} else if !r.flushArmed {
-		r.flushArmed = true
-		engine, self := r.engine, r.self
-		time.AfterFunc(r.cfg.OutboxWindow-now.Sub(r.windowStart), func() { engine.Send(self, flushOutbox{}) })
+	if arm {
+		r.after(wait, flushOutbox{})
 	}
 }
 
 // onNote takes one notification of the round's thread (or of its child
 // agents' threads), in wire order, with its header (readHead).
 func (r *roundActor) onNote(n *codexrpc.Notification, hd header) {
-	if r.done {
+	if r.phase.decided() {
 		return
 	}
 	if isProgress(n) {
-		r.lastProgress = time.Now()
+		r.clock.lastProgress = time.Now()
 	}
 	if n.Method == codexproto.NoteTurnStarted {
-		r.turnBegun = true // the CLI holds the user's message now
+		r.turn.begun = true // the CLI holds the user's message now
 	}
 	events, end := r.mapper.headed(n, hd)
-	if r.interrupt && r.mapper.turnID != "" {
-		r.interrupt = false // asked before the turn had an id; it has one now
+	if r.phase == phaseTurnStart && r.mapper.turnID != "" {
+		r.enter(phaseRunning) // turn/started came before turn/start's answer
+	}
+	if r.turn.owed && r.mapper.turnID != "" {
+		r.turn.owed = false // asked before the turn had an id; it has one now
 		r.interruptTurn(nil)
 	}
 	if cur := r.currentTurn(); end != nil && cur != "" && end.TurnID != "" && end.TurnID != cur {
 		end = nil // another turn of the thread (an earlier round's): not this round's end
 	}
 	if end != nil {
-		r.turnBegun = true // a turn that ended had begun
+		r.turn.begun = true // a turn that ended had begun
 	}
 	for _, ev := range events {
 		r.emit(ev)
@@ -295,21 +314,12 @@ func (r *roundActor) onNote(n *codexrpc.Notification, hd header) {
 	}
 }
 
-// seal moves the coalesced tail into the last pending event.
-func (r *roundActor) seal() {
-	if len(r.tail) > 0 {
-		last := &r.pending[len(r.pending)-1]
-		last.Text += string(r.tail)
-		r.tail = r.tail[:0]
-	}
-}
-
 // currentTurn is the round's turn id: from turn/start's answer, or from
 // the turn/started notification when the CLI wrote that first (both reach
 // the round in wire order, through the app-server actor).
 func (r *roundActor) currentTurn() string {
-	if r.turnID != "" {
-		return r.turnID
+	if r.turn.id != "" {
+		return r.turn.id
 	}
 	return r.mapper.turnID
 }
@@ -317,7 +327,7 @@ func (r *roundActor) currentTurn() string {
 // stop interrupts the turn, or asks for that as soon as it has an id.
 func (r *roundActor) stop() {
 	if r.currentTurn() == "" {
-		r.interrupt = true
+		r.turn.owed = true
 		return
 	}
 	r.interruptTurn(nil)
@@ -326,37 +336,38 @@ func (r *roundActor) stop() {
 // checkStall interrupts a turn that made no progress for StallTimeout, and
 // gives up on it when even the interrupt is not answered.
 func (r *roundActor) checkStall() {
-	if r.done {
+	if r.phase.decided() {
 		return
 	}
 	if r.currentTurn() == "" {
 		// Every step of the opening has its deadline in the app-server
-		// actor; this one bounds them all, whatever goes wrong.
-		if d := openWait(r.cfg); !r.starting && time.Since(r.startedAt) >= d {
+		// actor; this one bounds them all, whatever goes wrong. (turn/start
+		// has the app-server actor's CallTimeout.)
+		if d := openWait(r.cfg); r.phase != phaseTurnStart && time.Since(r.clock.startedAt) >= d {
 			r.finish(messages.StatusFailed, fmt.Sprintf("the codex thread was not opened within %v", d), "")
 		}
 		return
 	}
 	switch {
-	case r.stalledAt.IsZero() && time.Since(r.lastProgress) >= r.cfg.StallTimeout:
+	case r.clock.stalledAt.IsZero() && time.Since(r.clock.lastProgress) >= r.cfg.StallTimeout:
 		r.log.Warn("the turn made no progress; interrupting it", "for", r.cfg.StallTimeout)
-		r.stalledAt = time.Now()
+		r.clock.stalledAt = time.Now()
 		r.interruptTurn(nil)
-	case !r.stalledAt.IsZero() && time.Since(r.stalledAt) >= r.cfg.CallTimeout:
+	case !r.clock.stalledAt.IsZero() && time.Since(r.clock.stalledAt) >= r.cfg.CallTimeout:
 		r.finish(messages.StatusFailed, fmt.Sprintf("the turn made no progress for %v and did not end when interrupted", r.cfg.StallTimeout), "")
 	}
 }
 
 func (r *roundActor) turnEnded(end *turnEnd) {
-	r.ended, r.end = true, end
+	r.turn.end = end
 	switch {
-	case r.callerGone:
+	case r.out.state == outboxClosed:
 		r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
 		return
-	case r.overflowed:
+	case r.out.state == outboxOverflowed:
 		r.finish(messages.StatusInterrupted, "", end.CodexErrorInfo)
 		return
-	case !r.stalledAt.IsZero():
+	case !r.clock.stalledAt.IsZero():
 		r.finish(messages.StatusFailed, fmt.Sprintf("the turn made no progress for %v and was interrupted", r.cfg.StallTimeout), end.CodexErrorInfo)
 		return
 	}
@@ -375,44 +386,43 @@ func (r *roundActor) turnEnded(end *turnEnd) {
 // registry has answered the round's writes, so that the verdict can say
 // what was not saved.
 func (r *roundActor) finish(status messages.VerdictStatus, errText, info string) {
-	if r.done {
+	if r.phase.decided() || !r.enter(phaseSaving) {
 		return
 	}
-	r.done = true
-	if r.overflowed && status == messages.StatusInterrupted {
-		errText = fmt.Sprintf("the caller could not keep up; the round was interrupted (%d events dropped)", r.dropped)
+	if r.out.state == outboxOverflowed && status == messages.StatusInterrupted {
+		errText = fmt.Sprintf("the caller could not keep up; the round was interrupted (%d events dropped)", r.out.dropped)
 	}
-	r.ticker.Stop()
-	r.verdict = &messages.RoundFinished{
+	r.clock.ticker.Stop()
+	v := &messages.RoundFinished{
 		RoundID: r.req.RoundID, Thread: r.req.Thread, Status: status,
 		Error: errText, CodexErrorInfo: info,
 	}
-	r.mapper.decorate(r.verdict, r.end)
-	if r.limit != "" {
+	r.verdict.decided = v
+	r.mapper.decorate(v, r.turn.end)
+	if r.verdict.limit != "" {
 		// The limit is why the round failed, or what its turn worked
 		// around: either way the caller is told, typed.
-		info, text := limitError(r.limit)
-		r.verdict.ErrorInfo = info
-		if r.verdict.Error != "" {
-			text += ": " + r.verdict.Error
+		info, text := limitError(r.verdict.limit)
+		v.ErrorInfo = info
+		if v.Error != "" {
+			text += ": " + v.Error
 		}
-		r.verdict.Error = text
+		v.Error = text
 	}
-	if r.turnBegun {
+	if r.turn.begun {
 		// The CLI keeps the user's message in the thread whatever the end;
 		// the journal keeps what the transcript fallback needs.
 		turns := []store.Turn{{Role: store.RoleUser, Text: r.req.Text}}
 		if a := r.mapper.Answer(); a != "" {
 			turns = append(turns, store.Turn{Role: store.RoleAssistant, Text: a})
 		}
-		r.saving++
+		r.verdict.owed++
 		r.engine.Send(r.registry, appendTurns{key: r.req.Thread, turns: turns, round: r.self})
 	}
-	if r.saving > 0 || r.starting {
+	if r.verdict.owed > 0 {
 		// The registry's answers, and turn/start's (a turn that ended
 		// before its start was answered still records a fresh thread).
-		engine, self := r.engine, r.self
-		time.AfterFunc(r.cfg.CallTimeout, func() { engine.Send(self, savesLate{}) })
+		r.after(r.cfg.CallTimeout, savesLate{})
 		return
 	}
 	r.conclude()
@@ -420,7 +430,9 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 
 // conclude sends the verdict and winds the round down.
 func (r *roundActor) conclude() {
-	r.concluded = true
+	if !r.enter(phaseConcluded) {
+		return
+	}
 	defer r.req.settle(r.cfg)
 	// Winding down frees the thread for its next round and drops the
 	// subscription. It comes before the verdict: a caller's next command
@@ -435,8 +447,9 @@ func (r *roundActor) conclude() {
 			return
 		}
 		wound = true
-		if r.threadID != "" {
-			r.engine.Send(r.codex, unsubscribe{threadID: r.threadID, round: r.self, keep: r.ended})
+		if r.thread.id != "" {
+			// A turn that ended leaves the thread loaded for the next round.
+			r.engine.Send(r.codex, unsubscribe{threadID: r.thread.id, round: r.self, keep: r.turn.end != nil})
 		}
 		r.engine.Send(r.parent, roundDone{key: r.req.Thread, roundID: r.req.RoundID})
 	}
@@ -444,10 +457,10 @@ func (r *roundActor) conclude() {
 		windDown()
 		r.engine.Poison(r.self)
 	}()
-	v := *r.verdict
-	v.CodexThreadID, v.Resumed, v.FellBack, v.ContextLost = r.threadID, r.resumed, r.fellBack, r.lostCtx
-	v.NotSaved = strings.Join(r.notSaved, "; ")
-	took := time.Since(r.startedAt)
+	v := *r.verdict.decided
+	r.thread.stamp(&v)
+	v.NotSaved = strings.Join(r.verdict.notSaved, "; ")
+	took := time.Since(r.clock.startedAt)
 	r.cfg.Metrics.RoundsInFlight.Dec()
 	r.cfg.Metrics.Rounds.WithLabelValues(string(v.Status)).Inc()
 	r.cfg.Metrics.RoundDuration.Observe(took.Seconds())
@@ -455,23 +468,23 @@ func (r *roundActor) conclude() {
 		r.engine.Unsubscribe(r.self)
 	}
 	windDown()
-	if !r.callerGone { // nothing more goes to a caller that is gone
+	if r.out.state != outboxClosed { // nothing more goes to a caller that is gone
 		r.flush(true) // every event goes before the verdict
 		deliver(r.engine, r.req.replyTo, v, r.log)
 	}
-	r.log.Info("round finished", "status", v.Status, "duration", took, "resumed", r.resumed, "warm", r.warm, "fell_back", r.fellBack,
-		"context_lost", r.lostCtx, "not_saved", v.NotSaved)
+	r.log.Info("round finished", "status", v.Status, "duration", took, "resumed", v.Resumed, "warm", r.thread.by == openedWarm,
+		"fell_back", v.FellBack, "context_lost", v.ContextLost, "not_saved", v.NotSaved)
 	r.engine.BroadcastEvent(RoundEnded{User: r.req.User, RoundID: r.req.RoundID, Status: v.Status})
 }
 
 func (r *roundActor) onInterrupt(c *actor.Context) {
 	sender := c.Sender()
-	if r.done {
+	if r.phase.decided() {
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, Error: "the round has already finished"}, r.log)
 		return
 	}
 	if r.currentTurn() == "" {
-		r.interrupt = true
+		r.turn.owed = true
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, OK: true}, r.log)
 		return
 	}
@@ -481,19 +494,22 @@ func (r *roundActor) onInterrupt(c *actor.Context) {
 // interruptTurn asks the app-server actor for turn/interrupt; the verdict
 // comes with turn/completed (interrupted). Reply, if set, gets the answer.
 func (r *roundActor) interruptTurn(reply *actor.PID) {
-	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnInterrupt, thread: r.threadID, to: r.self,
-		params: codexproto.TurnInterruptParams{ThreadID: r.threadID, TurnID: r.currentTurn()},
+	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnInterrupt, thread: r.thread.id, to: r.self,
+		params: codexproto.TurnInterruptParams{ThreadID: r.thread.id, TurnID: r.currentTurn()},
 		tag:    controlCall{method: "interrupt", reply: reply}})
+	if r.phase != phaseInterrupting {
+		r.enter(phaseInterrupting)
+	}
 }
 
 func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 	sender := c.Sender()
-	if r.done || r.currentTurn() == "" {
+	if r.phase.decided() || r.currentTurn() == "" {
 		deliver(r.engine, sender, messages.RoundControlled{RoundID: r.req.RoundID, Error: "no running turn to steer yet"}, r.log)
 		return
 	}
-	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnSteer, thread: r.threadID, to: r.self,
-		params: codexproto.TurnSteerParams{ThreadID: r.threadID, ExpectedTurnID: r.currentTurn(),
+	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnSteer, thread: r.thread.id, to: r.self,
+		params: codexproto.TurnSteerParams{ThreadID: r.thread.id, ExpectedTurnID: r.currentTurn(),
 			Input: codexproto.TextInput(m.Text), ClientUserMessageID: m.ClientMessageID},
 		tag: controlCall{method: "steer", reply: sender}})
 }
@@ -502,17 +518,21 @@ func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 // refused resume it is the second lookup, for the journal: the thread is
 // fresh whatever the registry still names.
 func (r *roundActor) looked(known threadLookup) {
-	if r.done || r.opened {
-		return
-	}
-	if r.fellBack {
-		r.known.turns, r.known.damaged = known.turns, r.known.damaged || known.damaged
+	switch r.phase {
+	case phaseLookup:
+		r.thread.known = known
+		r.verdict.notSaved = append(r.verdict.notSaved, known.notSaved...) // earlier rounds' writes, failing still
+		if known.threadID != "" {
+			r.enter(phaseResume)
+		} else {
+			r.enter(phaseFresh)
+		}
+		r.open(known.threadID)
+	case phaseFallBack:
+		r.thread.known.turns, r.thread.known.damaged = known.turns, r.thread.known.damaged || known.damaged
+		r.enter(phaseFresh)
 		r.open("")
-		return
 	}
-	r.known = known
-	r.notSaved = append(r.notSaved, known.notSaved...) // earlier rounds' writes, failing still
-	r.open(known.threadID)
 }
 
 // open asks the app-server actor for the thread (resumed) or, with no
@@ -531,10 +551,10 @@ func (r *roundActor) settings() threadSettings {
 // threadOpened starts the turn in the opened thread, or starts afresh when
 // the resume was refused.
 func (r *roundActor) threadOpened(m threadOpenResult) {
-	if r.done || r.opened {
+	if r.phase != phaseResume && r.phase != phaseFresh {
 		return
 	}
-	resuming := r.known.threadID != "" && !r.fellBack
+	resuming := r.phase == phaseResume
 	if m.err != nil {
 		switch cls := codexrpc.Classify(m.err); {
 		case m.unavailable:
@@ -542,7 +562,8 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 		case resuming && (cls == codexrpc.ClassNoRollout || cls == codexrpc.ClassInvalidSessionID):
 			r.log.Info("codex refused the resume; starting afresh with a transcript", "err", m.err)
 			r.engine.Send(r.registry, forgetThread{key: r.req.Thread})
-			r.fellBack = true
+			r.thread.by = openedFellBack
+			r.enter(phaseFallBack)
 			// The registry did not read the journal for a thread it could
 			// name (see registryActor.lookup): looked opens afresh with it.
 			r.engine.Send(r.registry, lookupThread{key: r.req.Thread, round: r.self})
@@ -553,17 +574,24 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 		}
 		return
 	}
-	r.opened = true
-	r.threadID, r.resumed, r.warm = m.threadID, m.resumed, m.warm
-	r.text = r.req.Text
+	r.thread.id = m.threadID
+	switch {
+	case m.warm:
+		r.thread.by = openedWarm
+	case m.resumed:
+		r.thread.by = openedResumed
+	case r.thread.by != openedFellBack:
+		r.thread.by = openedFresh
+	}
+	text := r.req.Text
 	if !m.resumed {
-		r.text = r.seeded(r.known.turns)
+		text = r.seeded(r.thread.known.turns)
 		// The mesh thread had a history (its record or journal was there,
 		// damaged, or its resume was refused) and none of it seeds this one.
-		r.lostCtx = (r.known.damaged || r.fellBack) && r.text == r.req.Text
+		r.thread.lostCtx = (r.thread.known.damaged || r.thread.by == openedFellBack) && text == r.req.Text
 	}
 	r.mapper.setThread(m.threadID, m.model)
-	params, notes, err := r.turnStart(m.version)
+	params, notes, err := r.turnStart(text, m.version)
 	if err != nil {
 		status := messages.StatusFailed
 		if errors.Is(err, errInput) {
@@ -575,8 +603,9 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 	for _, n := range notes {
 		r.emit(messages.RoundEvent{Kind: messages.KindNotice, Text: n})
 	}
-	r.starting = true
-	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnStart, thread: r.threadID, to: r.self, tag: turnStartCall{},
+	r.verdict.owed++ // turn/start's answer: the verdict waits for it
+	r.enter(phaseTurnStart)
+	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnStart, thread: r.thread.id, to: r.self, tag: turnStartCall{},
 		params: params})
 }
 
@@ -602,9 +631,9 @@ func (r *roundActor) answered(m appAnswer) {
 // turnStartAnswered learns the turn's id; the first turn of a fresh thread
 // records it (only now does it have a rollout to resume) and names it.
 func (r *roundActor) turnStartAnswered(m appAnswer) {
-	r.starting = false
+	r.verdict.owed--
 	defer func() {
-		if r.done && r.saving <= 0 && !r.concluded {
+		if r.phase == phaseSaving && r.verdict.owed <= 0 {
 			r.conclude()
 		}
 	}()
@@ -614,21 +643,24 @@ func (r *roundActor) turnStartAnswered(m appAnswer) {
 		err = decodeResult(codexproto.MethodTurnStart, m.result, &turn)
 	}
 	if err != nil {
-		if !r.done {
+		if !r.phase.decided() {
 			r.finish(messages.StatusFailed, fmt.Errorf("starting the turn: %w", err).Error(), "")
 		}
 		return
 	}
-	r.turnID, r.turnBegun = turn.Turn.ID, true
-	if r.interrupt && !r.done {
-		r.interrupt = false
+	r.turn.id, r.turn.begun = turn.Turn.ID, true
+	if r.phase == phaseTurnStart {
+		r.enter(phaseRunning)
+	}
+	if r.turn.owed && !r.phase.decided() {
+		r.turn.owed = false
 		r.interruptTurn(nil)
 	}
-	if !r.resumed {
-		r.saving++ // the verdict waits for the registry's answer
-		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: r.threadID, round: r.self})
-		r.engine.Send(r.codex, appCall{method: codexproto.MethodThreadNameSet, thread: r.threadID, to: r.self, tag: nameCall{},
-			params: codexproto.ThreadNameSetParams{ThreadID: r.threadID, Name: "mw-" + store.KeyPrefix(r.req.Thread)}})
+	if !r.thread.by.resumed() {
+		r.verdict.owed++ // the verdict waits for the registry's answer
+		r.engine.Send(r.registry, recordThread{key: r.req.Thread, threadID: r.thread.id, round: r.self})
+		r.engine.Send(r.codex, appCall{method: codexproto.MethodThreadNameSet, thread: r.thread.id, to: r.self, tag: nameCall{},
+			params: codexproto.ThreadNameSetParams{ThreadID: r.thread.id, Name: "mw-" + store.KeyPrefix(r.req.Thread)}})
 	}
 }
 
