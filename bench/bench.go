@@ -18,10 +18,9 @@ import (
 	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // Daemon is a daemon the bench started through Options.StartDaemon.
@@ -90,7 +89,7 @@ type Options struct {
 // run is one bench run's shared state.
 type run struct {
 	opts      Options
-	model     *mockmodel.Server
+	model     *demomodel.Server
 	workspace string
 	home      string // the empty HOME of every CLI
 	env       []string
@@ -123,13 +122,13 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	model, err := mockmodel.Start(mockmodel.Options{Responder: mockmodel.DemoResponder})
+	model, err := demomodel.Start(demomodel.Options{Responder: demomodel.DemoResponder})
 	if err != nil {
 		return nil, err
 	}
 	defer model.Close()
 	r.model = model
-	r.overrides = codexhome.Overrides(model.URL())
+	r.overrides = demomodel.Overrides(model.URL())
 	// The CLI's login shells must not read the operator's profile, and
 	// its temporary files go where the daemon's go.
 	r.env = []string{"HOME=" + r.home, "TMPDIR=/var/tmp"}
