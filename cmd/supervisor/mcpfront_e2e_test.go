@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/mcpserver"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // TestMCPFrontKeepsThreadWarm: the thread's MCP server is the daemon's
@@ -64,7 +64,7 @@ func testMCPFront(t *testing.T, mutate func(*actors.Config)) {
 	round := func(i int, s *mcpserver.Server) {
 		t.Helper()
 		id := "call-front-" + strconv.Itoa(i)
-		e.model.Enqueue(mockmodel.Respond(mockmodel.MCPCall(id, "meshweaver", "echo", `{"text":"`+id+`"}`)), mockmodel.Text("done"))
+		e.model.Enqueue(demomodel.Respond(demomodel.MCPCall(id, "meshweaver", "echo", `{"text":"`+id+`"}`)), demomodel.Text("done"))
 		r := e.round(messages.StartRound{User: user, Thread: thread, Text: "use the mesh tool " + id,
 			MCPURL: s.URL(), MCPToken: tokens[i]}).mustComplete(t)
 		if _, res := toolPair(t, r, id); res != nil && (res.Failed || res.Output != "echo: "+id) {
