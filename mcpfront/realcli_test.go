@@ -14,8 +14,8 @@ import (
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/demomodel"
+	"github.com/meshweaver/supervisor/mcpecho"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mcpserver"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
@@ -35,7 +35,7 @@ func TestRealCLITokenChangesWithoutResume(t *testing.T) {
 	}
 	defer model.Close()
 	// approval never runs only tools that say they are read-only.
-	mcp, err := mcpserver.Start(mcpserver.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}})
+	mcp, err := mcpecho.Start(mcpecho.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}})
 	if err != nil {
 		t.Fatal(err)
 	}

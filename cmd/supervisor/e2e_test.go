@@ -20,9 +20,9 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/demomodel"
+	"github.com/meshweaver/supervisor/mcpecho"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
-	"github.com/meshweaver/supervisor/testkit/mcpserver"
 )
 
 // The end-to-end tests run the daemon (startDaemon: a real hollywood remote
@@ -321,19 +321,19 @@ func TestEventKinds(t *testing.T) {
 // never the daemon's log.
 func TestMCPBackConnection(t *testing.T) {
 	const token = "mesh-token-5a1f"
-	startMCP := func(t *testing.T, readOnly bool) *mcpserver.Server {
-		opts := mcpserver.Options{Token: token}
+	startMCP := func(t *testing.T, readOnly bool) *mcpecho.Server {
+		opts := mcpecho.Options{Token: token}
 		if readOnly {
 			opts.Annotations = map[string]map[string]any{"echo": {"readOnlyHint": true}}
 		}
-		s, err := mcpserver.Start(opts)
+		s, err := mcpecho.Start(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(s.Close)
 		return s
 	}
-	run := func(t *testing.T, e *env, s *mcpserver.Server, user string) (roundResult, *messages.ToolCall, *messages.ToolResult) {
+	run := func(t *testing.T, e *env, s *mcpecho.Server, user string) (roundResult, *messages.ToolCall, *messages.ToolResult) {
 		t.Helper()
 		e.model.Enqueue(
 			demomodel.Respond(demomodel.MCPCall("call-mcp", "meshweaver", "echo", `{"text":"hi there"}`)),
@@ -421,7 +421,7 @@ func TestMCPBackConnection(t *testing.T) {
 // settings of the round that loaded it.
 func TestMCPSettingsFollowEachRound(t *testing.T) {
 	e := newEnv(t, nil)
-	s, err := mcpserver.Start(mcpserver.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}})
+	s, err := mcpecho.Start(mcpecho.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +486,7 @@ func TestMCPSettingsFollowEachRound(t *testing.T) {
 // readOnlyHint.
 func TestMCPApprovalFollowsAutoApprove(t *testing.T) {
 	e := newEnv(t, func(c *actors.Config) { c.ApprovalPolicy = "on-request" })
-	s, err := mcpserver.Start(mcpserver.Options{})
+	s, err := mcpecho.Start(mcpecho.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -950,7 +950,7 @@ func toolPair(t *testing.T, r roundResult, callID string) (*messages.ToolCall, *
 
 // checkBearer checks that every request the MCP server got carried the
 // bearer token, and that the handshake (initialize, tools/list) happened.
-func checkBearer(t *testing.T, s *mcpserver.Server, token string) {
+func checkBearer(t *testing.T, s *mcpecho.Server, token string) {
 	t.Helper()
 	reqs := s.Requests()
 	var methods []string
