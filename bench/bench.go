@@ -20,7 +20,6 @@ import (
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 )
 
 // Daemon is a daemon the bench started through Options.StartDaemon.
@@ -71,9 +70,10 @@ type Options struct {
 	// free loopback port, its edge letting the bench's one caller send as
 	// fast as it likes.
 	StartDaemon func(cfg actors.Config) (Daemon, error)
-	// FakeLaunch is the binary, arguments and extra environment that run
-	// the fake app-server configured by fake (for the events row).
-	FakeLaunch func(fake fakeappserver.Config) (bin string, args, env []string, err error)
+	// FloodLaunch is the binary, arguments and extra environment that run
+	// ServeFlood with deltas deltas a turn as the events row's app-server
+	// (supervisor bench: its own binary, in a hidden command).
+	FloodLaunch func(deltas int) (bin string, args, env []string, err error)
 	// Progress receives a line per phase (nil: none).
 	Progress io.Writer
 	// WarmUp, when set, warms a user (and its mesh thread) up ahead of its
@@ -104,8 +104,8 @@ const roundTimeout = 2 * time.Minute
 
 // Run measures every row and returns them.
 func Run(ctx context.Context, opts Options) (*Result, error) {
-	if opts.StartDaemon == nil || opts.FakeLaunch == nil || opts.Codex == "" || opts.Dir == "" {
-		return nil, errors.New("bench: Codex, Dir, StartDaemon and FakeLaunch are required")
+	if opts.StartDaemon == nil || opts.FloodLaunch == nil || opts.Codex == "" || opts.Dir == "" {
+		return nil, errors.New("bench: Codex, Dir, StartDaemon and FloodLaunch are required")
 	}
 	c := &opts.Counts
 	for _, n := range []*int{&c.Rounds, &c.Cold, &c.Evict, &c.Users, &c.Batches, &c.Events, &c.Floods, &c.IdleUsers, &c.RegistryThreads, &c.Fallbacks, &c.MCPCalls} {

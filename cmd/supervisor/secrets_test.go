@@ -28,16 +28,6 @@ import (
 	"github.com/meshweaver/supervisor/testkit/syncbuf"
 )
 
-// init turns this test binary, re-executed by a daemon as its "codex", into
-// the scripted fake app-server (testkit/fakeappserver) before any test runs.
-// The daemon hands the fake its script through --codex-env (CodexEnv): its
-// own environment never reaches a child.
-func init() {
-	if os.Getenv(fakeappserver.EnvVar) != "" {
-		fakeappserver.Main() // never returns
-	}
-}
-
 // secSecrets are the secrets a test plants.
 type secSecrets struct {
 	token  string // the MCP bearer token of StartRound
@@ -334,13 +324,16 @@ func TestSecretsNeverLeak(t *testing.T) {
 		ExitOnMethod: "turn/start",
 		ExitCode:     3,
 	}
-	exe, err := os.Executable()
+	// This test binary as the daemon's "codex" (TestMain runs the fake);
+	// its script goes through CodexEnv, as serve's --codex-env: the
+	// daemon's own environment never reaches a child.
+	launch, err := fakeappserver.Relaunch(fake, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fr := opsNewRig(t, nil, func(c *actors.Config) {
-		c.CodexBin = exe
-		c.CodexEnv = append(c.CodexEnv, fakeappserver.Env(fake))
+		c.CodexBin, c.CodexArgs = launch.Path, launch.Args
+		c.CodexEnv = append(c.CodexEnv, launch.Env...)
 		c.RestartBackoff = time.Millisecond
 	})
 	fc := opsNewCaller(t, fr.addr, nil)
