@@ -18,10 +18,8 @@ import (
 	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/fakeappserver"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // Daemon is a daemon the bench started through Options.StartDaemon.
@@ -72,9 +70,10 @@ type Options struct {
 	// free loopback port, its edge letting the bench's one caller send as
 	// fast as it likes.
 	StartDaemon func(cfg actors.Config) (Daemon, error)
-	// FakeLaunch is the binary, arguments and extra environment that run
-	// the fake app-server configured by fake (for the events row).
-	FakeLaunch func(fake fakeappserver.Config) (bin string, args, env []string, err error)
+	// FloodLaunch is the binary, arguments and extra environment that run
+	// ServeFlood with deltas deltas a turn as the events row's app-server
+	// (supervisor bench: its own binary, in a hidden command).
+	FloodLaunch func(deltas int) (bin string, args, env []string, err error)
 	// Progress receives a line per phase (nil: none).
 	Progress io.Writer
 	// WarmUp, when set, warms a user (and its mesh thread) up ahead of its
@@ -90,7 +89,7 @@ type Options struct {
 // run is one bench run's shared state.
 type run struct {
 	opts      Options
-	model     *mockmodel.Server
+	model     *demomodel.Server
 	workspace string
 	home      string // the empty HOME of every CLI
 	env       []string
@@ -105,8 +104,8 @@ const roundTimeout = 2 * time.Minute
 
 // Run measures every row and returns them.
 func Run(ctx context.Context, opts Options) (*Result, error) {
-	if opts.StartDaemon == nil || opts.FakeLaunch == nil || opts.Codex == "" || opts.Dir == "" {
-		return nil, errors.New("bench: Codex, Dir, StartDaemon and FakeLaunch are required")
+	if opts.StartDaemon == nil || opts.FloodLaunch == nil || opts.Codex == "" || opts.Dir == "" {
+		return nil, errors.New("bench: Codex, Dir, StartDaemon and FloodLaunch are required")
 	}
 	c := &opts.Counts
 	for _, n := range []*int{&c.Rounds, &c.Cold, &c.Evict, &c.Users, &c.Batches, &c.Events, &c.Floods, &c.IdleUsers, &c.RegistryThreads, &c.Fallbacks, &c.MCPCalls} {
@@ -123,13 +122,13 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	model, err := mockmodel.Start(mockmodel.Options{Responder: mockmodel.DemoResponder})
+	model, err := demomodel.Start(demomodel.Options{Responder: demomodel.DemoResponder})
 	if err != nil {
 		return nil, err
 	}
 	defer model.Close()
 	r.model = model
-	r.overrides = codexhome.Overrides(model.URL())
+	r.overrides = demomodel.Overrides(model.URL())
 	// The CLI's login shells must not read the operator's profile, and
 	// its temporary files go where the daemon's go.
 	r.env = []string{"HOME=" + r.home, "TMPDIR=/var/tmp"}

@@ -2,7 +2,9 @@
 // same codex CLI, in one run, interleaved, so that the load of the machine
 // falls on both sides alike. It is the logic of `supervisor bench`; the
 // command gives it a way to start the daemon ([Options.StartDaemon]) and
-// the fake app-server ([Options.FakeLaunch]).
+// the events row's app-server, [ServeFlood] ([Options.FloodLaunch]). It
+// links no test code: the model is package demomodel, the MCP server
+// package mcpecho.
 //
 // Every row of the [Result] is a measurement of the daemon (or of one of
 // its parts) against a baseline measured in the same run: a [Direct]

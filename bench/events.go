@@ -6,25 +6,24 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// events: a fake app-server streams Events deltas in one turn; the rate
-// at which they reach the caller over the remote (deltas produced per
-// second, send to verdict) against hollywood's raw one-way throughput of
-// the same envelope between two engines, in the same run.
+// events: an app-server streams Events deltas in one turn (ServeFlood,
+// run through Options.FloodLaunch); the rate at which they reach the
+// caller over the remote (deltas produced per second, send to verdict)
+// against hollywood's raw one-way throughput of the same envelope between
+// two engines, in the same run.
 func (r *run) events(ctx context.Context) (err error) {
 	n := r.opts.Events
 	r.progress("  %d deltas a round, %d rounds and raw bursts", n, r.opts.Floods)
-	bin, args, env, err := r.opts.FakeLaunch(fakeappserver.Config{ReplyText: strings.Repeat("w ", n)})
+	bin, args, env, err := r.opts.FloodLaunch(n)
 	if err != nil {
 		return err
 	}

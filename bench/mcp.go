@@ -9,16 +9,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshweaver/supervisor/mcpecho"
 	"github.com/meshweaver/supervisor/mcpfront"
-	"github.com/meshweaver/supervisor/testkit/mcpserver"
 )
 
 // mcpFront: what the loopback MCP front adds to one MCP call (tools/call
-// of the test server's echo, over a kept-alive connection), against the
+// of mcpecho's echo, over a kept-alive connection), against the
 // same call made to the server directly.
 func (r *run) mcpFront(ctx context.Context) error {
 	r.progress("  %d MCP calls per side", r.opts.MCPCalls)
-	srv, err := mcpserver.Start(mcpserver.Options{})
+	srv, err := mcpecho.Start(mcpecho.Options{})
 	if err != nil {
 		return err
 	}

@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"sync"
-
-	"github.com/meshweaver/supervisor/actors"
-	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 )
 
 // TargetIdleUserBytes is issue 12's target for an idle registered user.
@@ -22,15 +18,10 @@ const TargetIdleUserBytes = 16 << 10
 func (r *run) idleMemory(ctx context.Context) (err error) {
 	n := r.opts.IdleUsers
 	r.progress("  %d idle users", n)
-	bin, args, env, err := r.opts.FakeLaunch(fakeappserver.Config{})
-	if err != nil {
-		return err
-	}
-	cfg := actors.Config{
-		Homes: filepath.Join(r.opts.Dir, "homes-idle"), Workspace: r.workspace,
-		CodexBin: bin, CodexArgs: args, CodexEnv: env, Logger: r.daemonConfig("").Logger,
-		MaxUsers: n + 100,
-	}
+	// The real CLI's configuration, though no app-server starts: an API
+	// key waits in the daemon's store for the user's first start.
+	cfg := r.daemonConfig("idle")
+	cfg.MaxUsers = n + 100
 	d, c, err := r.startDaemon(cfg)
 	if err != nil {
 		return err

@@ -13,9 +13,9 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/mcpecho"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
-	"github.com/meshweaver/supervisor/testkit/mcpserver"
 	"github.com/prometheus/procfs"
 )
 
@@ -43,7 +43,7 @@ func (r *run) realRounds(ctx context.Context) (err error) {
 }
 
 // warm: the same thread, round after round, in a live app-server; the
-// same with the mesh's MCP back-connection (a test MCP server) and a new
+// same with the mesh's MCP back-connection (an mcpecho server) and a new
 // bearer token every round, as a mesh sends them, for another user, so
 // that each CLI on either side holds one thread, as the direct client's
 // does; and two more sides, direct clients that replay what the daemon
@@ -80,7 +80,7 @@ func (r *run) warm(ctx context.Context, c *client.Client, homes string) error {
 			return err
 		}
 	}
-	mcp, err := mcpserver.Start(mcpserver.Options{})
+	mcp, err := mcpecho.Start(mcpecho.Options{})
 	if err != nil {
 		return err
 	}

@@ -20,8 +20,8 @@ import (
 
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 	"github.com/meshweaver/supervisor/testkit/schema"
 	"github.com/meshweaver/supervisor/testkit/syncbuf"
@@ -186,7 +186,7 @@ func requireGroupGone(t testing.TB, pgid int) {
 // cli is one real codex app-server under test.
 type cli struct {
 	t      testing.TB
-	mock   *mockmodel.Server
+	mock   *demomodel.Server
 	home   string
 	work   string // a workspace directory for thread cwd
 	proc   *Process
@@ -220,7 +220,7 @@ func codexBin(t testing.TB) string {
 func startCLI(t *testing.T, o cliOptions) *cli {
 	t.Helper()
 	bin := codexBin(t)
-	mock, err := mockmodel.Start(mockmodel.Options{})
+	mock, err := demomodel.Start(demomodel.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func (c *cli) turn(threadID, text string) (codexproto.Turn, codexproto.TurnNotif
 func TestRealCLITextTurn(t *testing.T) {
 	c := startCLI(t, cliOptions{})
 	deltas := []string{"Hel", "lo", ", ", "wor", "ld", "!"}
-	c.mock.Enqueue(mockmodel.Respond(mockmodel.Message(deltas...).WithID("msg-1")))
+	c.mock.Enqueue(demomodel.Respond(demomodel.Message(deltas...).WithID("msg-1")))
 	th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly)
 	turn, done := c.turn(th, "say hello")
 
@@ -340,9 +340,9 @@ func TestRealCLITextTurn(t *testing.T) {
 
 func TestRealCLIReasoningTurn(t *testing.T) {
 	c := startCLI(t, cliOptions{})
-	c.mock.Enqueue(mockmodel.Respond(
-		mockmodel.Reasoning("Think ", "hard").WithRaw("raw ", "thought").WithID("rs-1"),
-		mockmodel.Message("done"),
+	c.mock.Enqueue(demomodel.Respond(
+		demomodel.Reasoning("Think ", "hard").WithRaw("raw ", "thought").WithID("rs-1"),
+		demomodel.Message("done"),
 	))
 	th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly)
 	_, done := c.turn(th, "think")
@@ -375,9 +375,9 @@ func TestRealCLIReasoningTurn(t *testing.T) {
 // execCall is an exec_command call of cmd in a non-login shell: a login
 // shell reads the machine's profile, which costs seconds on some hosts and
 // adds its noise to the output.
-func execCall(callID, cmd string) mockmodel.Item {
+func execCall(callID, cmd string) demomodel.Item {
 	args, _ := json.Marshal(map[string]any{"cmd": cmd, "login": false})
-	return mockmodel.FunctionCall(callID, "exec_command", string(args))
+	return demomodel.FunctionCall(callID, "exec_command", string(args))
 }
 
 // sandboxFullAccess runs commands unsandboxed. Under a sandbox, each command
@@ -388,9 +388,9 @@ const sandboxFullAccess = "danger-full-access"
 func TestRealCLIExecCommand(t *testing.T) {
 	c := startCLI(t, cliOptions{})
 	c.mock.Enqueue(
-		mockmodel.Respond(execCall("call-ok", "printf 'out-%s\\n' 42")),
-		mockmodel.Respond(execCall("call-fail", "echo to-stderr >&2; exit 3")),
-		mockmodel.Text("ran ", "both"),
+		demomodel.Respond(execCall("call-ok", "printf 'out-%s\\n' 42")),
+		demomodel.Respond(execCall("call-fail", "echo to-stderr >&2; exit 3")),
+		demomodel.Text("ran ", "both"),
 	)
 	th := c.thread(codexproto.ApprovalNever, sandboxFullAccess)
 	_, done := c.turn(th, "run commands")
@@ -469,12 +469,12 @@ func TestRealCLIApprovals(t *testing.T) {
 	}})
 	th := c.thread(codexproto.ApprovalUntrusted, codexproto.SandboxWorkspaceWrite)
 
-	c.mock.Enqueue(mockmodel.Respond(execCall("call-accept", "touch approved.txt")), mockmodel.Text("accepted"))
+	c.mock.Enqueue(demomodel.Respond(execCall("call-accept", "touch approved.txt")), demomodel.Text("accepted"))
 	_, done := c.turn(th, "needs approval 1")
 	if done.Turn.Status != codexproto.TurnCompleted {
 		t.Fatalf("accept turn = %+v", done.Turn)
 	}
-	c.mock.Enqueue(mockmodel.Respond(execCall("call-decline", "touch declined.txt")), mockmodel.Text("declined"))
+	c.mock.Enqueue(demomodel.Respond(execCall("call-decline", "touch declined.txt")), demomodel.Text("declined"))
 	_, done = c.turn(th, "needs approval 2")
 	if done.Turn.Status != codexproto.TurnCompleted {
 		t.Fatalf("decline turn = %+v", done.Turn)
@@ -517,14 +517,14 @@ func TestRealCLIFailedTurns(t *testing.T) {
 	c := startCLI(t, cliOptions{})
 	for _, tc := range []struct {
 		name   string
-		script mockmodel.Script
+		script demomodel.Script
 		want   []string // acceptable codexErrorInfo values (JSON)
 	}{
-		{"http 500", mockmodel.InternalServerError(), []string{`"internalServerError"`}},
+		{"http 500", demomodel.InternalServerError(), []string{`"internalServerError"`}},
 		// NOTES §6: with no retries a 429 is responseTooManyFailedAttempts;
 		// a rate limit inside the stream would be rateLimitExceeded.
-		{"http 429", mockmodel.RateLimited(), []string{`{"responseTooManyFailedAttempts":{"httpStatusCode":429}}`, `"rateLimitExceeded"`}},
-		{"context window", mockmodel.ContextLengthExceeded(), []string{`"contextWindowExceeded"`}},
+		{"http 429", demomodel.RateLimited(), []string{`{"responseTooManyFailedAttempts":{"httpStatusCode":429}}`, `"rateLimitExceeded"`}},
+		{"context window", demomodel.ContextLengthExceeded(), []string{`"contextWindowExceeded"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c.t = t
@@ -632,7 +632,7 @@ func TestRealCLIMissingHomeCreated(t *testing.T) {
 		t.Errorf("home mode = %o, want 700", perm)
 	}
 	// The CLI uses it: a turn through the -c overrides works.
-	c.mock.Enqueue(mockmodel.Text("ok"))
+	c.mock.Enqueue(demomodel.Text("ok"))
 	if _, done := c.turn(c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly), "hi"); done.Turn.Status != codexproto.TurnCompleted {
 		t.Errorf("turn = %+v", done.Turn)
 	}
@@ -826,7 +826,7 @@ func TestRealCLITurnStartDuringTurnSteers(t *testing.T) {
 	c := startCLI(t, cliOptions{})
 	// Both model streams hang, so the turn is still running when it is
 	// interrupted, whatever the CLI re-requests in between.
-	hang := mockmodel.Respond(mockmodel.Message("thinking")).Hang()
+	hang := demomodel.Respond(demomodel.Message("thinking")).Hang()
 	c.mock.Enqueue(hang, hang)
 	th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly)
 	first, err := c.client.TurnStart(c.ctx(), codexproto.TurnStartParams{ThreadID: th, Input: codexproto.TextInput("first")})

@@ -15,7 +15,7 @@ import (
 
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/demomodel"
 )
 
 // The wider surface (surface.go) against the real, pinned CLI and the mock
@@ -52,31 +52,31 @@ func textTurn(threadID, text string) codexproto.TurnStartSurfaceParams {
 }
 
 // namespacedCall is a function call of a namespaced tool, as the model
-// sends it (mockmodel.MCPCall only makes mcp__ namespaces).
-func namespacedCall(callID, namespace, name, args string) mockmodel.Item {
+// sends it (demomodel.MCPCall only makes mcp__ namespaces).
+func namespacedCall(callID, namespace, name, args string) demomodel.Item {
 	item := func(a string) map[string]any {
 		return map[string]any{"type": "function_call", "id": "fc_" + callID, "call_id": callID, "name": name, "namespace": namespace, "arguments": a}
 	}
-	return mockmodel.RawItem(
-		mockmodel.NewEvent("response.output_item.added", map[string]any{"output_index": 0, "item": item("")}),
-		mockmodel.NewEvent("response.function_call_arguments.delta", map[string]any{"item_id": "fc_" + callID, "output_index": 0, "delta": args}),
-		mockmodel.NewEvent("response.output_item.done", map[string]any{"output_index": 0, "item": item(args)}),
+	return demomodel.RawItem(
+		demomodel.NewEvent("response.output_item.added", map[string]any{"output_index": 0, "item": item("")}),
+		demomodel.NewEvent("response.function_call_arguments.delta", map[string]any{"item_id": "fc_" + callID, "output_index": 0, "delta": args}),
+		demomodel.NewEvent("response.output_item.done", map[string]any{"output_index": 0, "item": item(args)}),
 	)
 }
 
 func TestRealCLISubagent(t *testing.T) {
 	c := surfaceCLI(t)
-	c.mock.SetResponder(func(r *mockmodel.Request) mockmodel.Script {
+	c.mock.SetResponder(func(r *demomodel.Request) demomodel.Script {
 		switch {
 		case r.LastUserText() == "find the bug": // the subagent's own turn
-			return mockmodel.Text("child ", "found it")
+			return demomodel.Text("child ", "found it")
 		case r.LastUserText() == "delegate":
 			if _, ok := r.ToolOutput("spawn-1"); ok {
-				return mockmodel.Text("parent done")
+				return demomodel.Text("parent done")
 			}
-			return mockmodel.Respond(namespacedCall("spawn-1", "multi_agent_v1", "spawn_agent", `{"message":"find the bug"}`))
+			return demomodel.Respond(namespacedCall("spawn-1", "multi_agent_v1", "spawn_agent", `{"message":"find the bug"}`))
 		}
-		return mockmodel.Text("unexpected request")
+		return demomodel.Text("unexpected request")
 	})
 	th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly)
 	parentTurn, done := c.surfaceTurn(textTurn(th, "delegate"))
@@ -135,7 +135,7 @@ func writeRecording(t *testing.T, path string, notes []*codexrpc.Notification) {
 func TestRealCLIOutputSchema(t *testing.T) {
 	c := surfaceCLI(t)
 	answer := `{"answer":"42","confidence":0.9}`
-	c.mock.Enqueue(mockmodel.Text(answer[:10], answer[10:]))
+	c.mock.Enqueue(demomodel.Text(answer[:10], answer[10:]))
 	th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly)
 	p := textTurn(th, "answer in JSON")
 	p.OutputSchema = json.RawMessage(`{"type":"object","properties":{"answer":{"type":"string"},"confidence":{"type":"number"}},"required":["answer","confidence"],"additionalProperties":false}`)
@@ -170,7 +170,7 @@ func TestRealCLIOutputSchema(t *testing.T) {
 
 func TestRealCLIImagesAndContext(t *testing.T) {
 	c := surfaceCLI(t)
-	c.mock.Enqueue(mockmodel.Text("seen"))
+	c.mock.Enqueue(demomodel.Text("seen"))
 	var buf bytes.Buffer
 	img := image.NewRGBA(image.Rect(0, 0, 2, 2))
 	img.Set(0, 0, color.RGBA{R: 255, A: 255})
@@ -226,9 +226,9 @@ func TestRealCLITurnPolicyOutputAndDiff(t *testing.T) {
 	c := surfaceCLI(t)
 	patch := "*** Begin Patch\n*** Add File: new.txt\n+brand new line\n*** End Patch"
 	c.mock.Enqueue(
-		mockmodel.Respond(execCall("call-slow", "for i in 1 2 3 4; do echo tick $i; sleep 0.3; done")),
-		mockmodel.Respond(mockmodel.ApplyPatch("call-p1", patch)),
-		mockmodel.Text("done"),
+		demomodel.Respond(execCall("call-slow", "for i in 1 2 3 4; do echo tick $i; sleep 0.3; done")),
+		demomodel.Respond(demomodel.ApplyPatch("call-p1", patch)),
+		demomodel.Text("done"),
 	)
 	// A read-only thread; the turn itself asks for full access (no
 	// sandbox: a sandboxed command costs seconds on hosts without

@@ -7,7 +7,7 @@ import (
 
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/testkit/schema"
 )
 
@@ -64,11 +64,11 @@ func TestRealCLIThreadOps(t *testing.T) {
 		}
 	}
 	c := surfaceCLI(t)
-	c.mock.SetResponder(func(r *mockmodel.Request) mockmodel.Script {
+	c.mock.SetResponder(func(r *demomodel.Request) demomodel.Script {
 		if r.IsCompaction() {
-			return mockmodel.Text("the summary")
+			return demomodel.Text("the summary")
 		}
-		return mockmodel.Text("hello ", "back")
+		return demomodel.Text("hello ", "back")
 	})
 	th := c.thread(codexproto.ApprovalNever, codexproto.SandboxReadOnly)
 	first, done := c.turn(th, "say hello")

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshweaver/supervisor/testkit/mcpserver"
+	"github.com/meshweaver/supervisor/mcpecho"
 )
 
 // BenchmarkToolsCall is one MCP tools/call (the test server's echo, over
@@ -15,7 +15,7 @@ import (
 //
 //	go test -run XXX -bench ToolsCall -benchmem ./mcpfront/
 func BenchmarkToolsCall(b *testing.B) {
-	srv, err := mcpserver.Start(mcpserver.Options{})
+	srv, err := mcpecho.Start(mcpecho.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

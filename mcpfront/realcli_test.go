@@ -13,9 +13,9 @@ import (
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/demomodel"
+	"github.com/meshweaver/supervisor/mcpecho"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mcpserver"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
@@ -29,13 +29,13 @@ func TestRealCLITokenChangesWithoutResume(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the real codex CLI is required (run scripts/install-codex): %v", err)
 	}
-	model, err := mockmodel.Start(mockmodel.Options{})
+	model, err := demomodel.Start(demomodel.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer model.Close()
 	// approval never runs only tools that say they are read-only.
-	mcp, err := mcpserver.Start(mcpserver.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}})
+	mcp, err := mcpecho.Start(mcpecho.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestRealCLITokenChangesWithoutResume(t *testing.T) {
 	}
 	turn := func(id string) {
 		t.Helper()
-		model.Enqueue(mockmodel.Respond(mockmodel.MCPCall(id, "meshweaver", "echo", `{"text":"`+id+`"}`)), mockmodel.Text("done"))
+		model.Enqueue(demomodel.Respond(demomodel.MCPCall(id, "meshweaver", "echo", `{"text":"`+id+`"}`)), demomodel.Text("done"))
 		if _, err := c.TurnStart(ctx, codexproto.TurnStartParams{ThreadID: th.Thread.ID, Input: codexproto.TextInput("use the tool")}); err != nil {
 			t.Fatal(err)
 		}

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // TestAskApprovals: with on_request ask, the real CLI's command approvals
@@ -23,9 +23,9 @@ func TestAskApprovals(t *testing.T) {
 		c.Sandbox = "workspace-write"
 	})
 	e.model.Enqueue(
-		mockmodel.Respond(mockmodel.ExecCommand("call-yes", "touch yes.txt")),
-		mockmodel.Respond(mockmodel.ExecCommand("call-late", "touch late.txt")),
-		mockmodel.Text("ok"))
+		demomodel.Respond(demomodel.ExecCommand("call-yes", "touch yes.txt")),
+		demomodel.Respond(demomodel.ExecCommand("call-late", "touch late.txt")),
+		demomodel.Text("ok"))
 	id := e.startRound(messages.StartRound{User: "asker", Thread: "ask/1", Text: "touch both",
 		OnRequest: messages.PolicyAsk, AskTimeoutMS: 2000})
 	asked := e.waitEvent(id, "a request for call-yes", func(ev messages.RoundEvent) bool {
@@ -63,18 +63,18 @@ func TestAskChildAgentApproval(t *testing.T) {
 		c.ApprovalPolicy = "untrusted"
 		c.Sandbox = "workspace-write"
 	})
-	collab := func(id, tool, args string) mockmodel.Script {
-		return mockmodel.Respond(mockmodel.FunctionCall(id, tool, args).WithNamespace("multi_agent_v1"))
+	collab := func(id, tool, args string) demomodel.Script {
+		return demomodel.Respond(demomodel.FunctionCall(id, tool, args).WithNamespace("multi_agent_v1"))
 	}
-	e.model.SetResponder(func(req *mockmodel.Request) mockmodel.Script {
+	e.model.SetResponder(func(req *demomodel.Request) demomodel.Script {
 		body := string(req.Body)
 		switch {
 		case strings.Contains(req.LastUserText(), "CHILD TASK") && !strings.Contains(body, "call-child"):
-			return mockmodel.Respond(mockmodel.ExecCommand("call-child", "touch child.txt"))
+			return demomodel.Respond(demomodel.ExecCommand("call-child", "touch child.txt"))
 		case strings.Contains(body, "call-child"):
-			return mockmodel.Text("child done")
+			return demomodel.Text("child done")
 		case strings.Contains(body, "call-wait"):
-			return mockmodel.Text("parent done")
+			return demomodel.Text("parent done")
 		case strings.Contains(body, "call-spawn"):
 			out, _ := req.ToolOutput("call-spawn")
 			var o struct {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,13 +17,12 @@ import (
 	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 )
 
-// benchFakeCommand is the hidden command the bench's daemon runs as its
-// "codex" for the events row: this binary as the scripted fake
-// app-server, configured by FAKE_APPSERVER_CONFIG.
-const benchFakeCommand = "bench-fake-appserver"
+// benchFloodCommand is the hidden command the bench's daemon runs as its
+// "codex" for the events row: this binary as bench.ServeFlood, with
+// --deltas deltas a turn.
+const benchFloodCommand = "bench-flood-appserver"
 
 // benchCmd measures the daemon against a direct client of the same CLI
 // (package bench) and prints the table.
@@ -130,7 +130,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // benchOptions are the bench's ways to start this daemon, and this binary
-// (exe) as the fake app-server.
+// (exe) as the events row's app-server.
 func benchOptions(exe string) bench.Options {
 	return bench.Options{
 		StartDaemon: func(cfg actors.Config) (bench.Daemon, error) {
@@ -146,8 +146,8 @@ func benchOptions(exe string) bench.Options {
 			}
 			return benchDaemon{d: d, addr: listen}, nil
 		},
-		FakeLaunch: func(fake fakeappserver.Config) (string, []string, []string, error) {
-			return exe, []string{benchFakeCommand}, []string{fakeappserver.Env(fake)}, nil
+		FloodLaunch: func(deltas int) (string, []string, []string, error) {
+			return exe, []string{benchFloodCommand, "--deltas", strconv.Itoa(deltas)}, nil, nil
 		},
 		WarmUp: func(ctx context.Context, c *client.Client, user, thread string) error {
 			ans, err := c.WarmUp(ctx, messages.WarmUp{User: user, Thread: thread})
@@ -167,3 +167,23 @@ type benchDaemon struct {
 
 func (b benchDaemon) Addr() string { return b.addr }
 func (b benchDaemon) Stop() error  { return b.d.stop(30 * time.Second) }
+
+// benchFloodCmd is the hidden command benchFloodCommand: bench.ServeFlood
+// on stdin and stdout until stdin closes. A signal ends it at once (the
+// process's exit ends the read).
+func benchFloodCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(benchFloodCommand, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	deltas := fs.Int("deltas", 1, "deltas in each turn")
+	if _, err := parseArgs(fs, args, noArgs); err != nil {
+		return err
+	}
+	served := make(chan error, 1)
+	go func() { served <- bench.ServeFlood(stdin, stdout, *deltas) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}

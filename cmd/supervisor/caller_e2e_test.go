@@ -15,15 +15,15 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // callerRig is the daemon binary with the HTTP gateway on, the real codex
 // CLI and the mock model.
 type callerRig struct {
 	exe     string // the daemon binary (also the CLI)
-	model   *mockmodel.Server
+	model   *demomodel.Server
 	addr    string // the remote listener
 	gateway string // the gateway's base URL
 	metrics string // the ops listener
@@ -124,7 +124,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), opsRoundWait)
 	defer cancel()
 
-	rig.model.Enqueue(mockmodel.Text("Hello ", "over ", "HTTP"))
+	rig.model.Enqueue(demomodel.Text("Hello ", "over ", "HTTP"))
 	body := `{"user":"webby","thread":"web/1","text":"hi","client_message_id":"m-1"}`
 	var first httpRound
 	resp := gwPost(t, ctx, rig.gateway+"/v1/rounds", body)
@@ -146,7 +146,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 
 	// A slow answer; the stream is cut after the first text event.
 	words := []string{"one ", "two ", "three ", "four ", "five ", "six"}
-	rig.model.Enqueue(mockmodel.Text(words...).WithDelay(150 * time.Millisecond))
+	rig.model.Enqueue(demomodel.Text(words...).WithDelay(150 * time.Millisecond))
 	cutCtx, cut := context.WithCancel(ctx)
 	resp = gwPost(t, cutCtx, rig.gateway+"/v1/rounds", `{"user":"webby","thread":"web/2","text":"count","round_id":"web-cut"}`)
 	var before httpRound
@@ -194,7 +194,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	}
 
 	if curl, err := exec.LookPath("curl"); err == nil {
-		rig.model.Enqueue(mockmodel.Text("Hi ", "curl"))
+		rig.model.Enqueue(demomodel.Text("Hi ", "curl"))
 		out, err := exec.CommandContext(ctx, curl, "-sS", "-N", "--fail-with-body", rig.gateway+"/v1/rounds",
 			"-H", "Content-Type: application/json",
 			"-d", `{"user":"webby","thread":"web/curl","text":"hello"}`).CombinedOutput()
@@ -214,7 +214,7 @@ func TestCallerCutAttachesWithAfterSeq(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), opsRoundWait)
 	defer cancel()
 	words := []string{"alpha ", "beta ", "gamma ", "delta ", "epsilon"}
-	rig.model.Enqueue(mockmodel.Text(words...).WithDelay(200 * time.Millisecond))
+	rig.model.Enqueue(demomodel.Text(words...).WithDelay(200 * time.Millisecond))
 
 	c1, err := client.Dial(ctx, rig.addr)
 	if err != nil {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // cliLine is one line of `supervisor round --json`.
@@ -84,7 +84,7 @@ func TestCallerProcessKilledGraceExpires(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), opsRoundWait)
 	defer cancel()
 	// The turn would run until its client goes away.
-	rig.model.Enqueue(mockmodel.Text("alpha ", "beta ", "gamma ").WithDelay(100 * time.Millisecond).Hang())
+	rig.model.Enqueue(demomodel.Text("alpha ", "beta ", "gamma ").WithDelay(100 * time.Millisecond).Hang())
 
 	seen, _ := killedCLICaller(t, ctx, rig, "killed", "kill/1", "kill-grace")
 	killedAt := time.Now()
@@ -122,7 +122,7 @@ func TestCallerProcessKilledGraceExpires(t *testing.T) {
 	}
 
 	// The turn is over in codex: the thread serves the next round.
-	rig.model.Enqueue(mockmodel.Text("next"))
+	rig.model.Enqueue(demomodel.Text("next"))
 	r, err := c.Round(ctx, messages.StartRound{User: "killed", Thread: "kill/1", Text: "again"})
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestCallerProcessKilledReattaches(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), opsRoundWait)
 	defer cancel()
 	words := []string{"alpha ", "beta ", "gamma ", "delta ", "epsilon"}
-	rig.model.Enqueue(mockmodel.Text(words...).WithDelay(300 * time.Millisecond))
+	rig.model.Enqueue(demomodel.Text(words...).WithDelay(300 * time.Millisecond))
 
 	seen, text := killedCLICaller(t, ctx, rig, "killed", "kill/2", "kill-attach")
 	c, err := client.Dial(ctx, rig.addr)

@@ -16,8 +16,8 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/schema"
 )
 
@@ -235,7 +235,7 @@ func TestCLIRoundThroughBinary(t *testing.T) {
 	}
 
 	// The user's first round, as JSON, its flags after the message.
-	e.model.Enqueue(mockmodel.Respond(mockmodel.Reasoning("Let ", "me ", "think."), mockmodel.Message("Hello", " there")))
+	e.model.Enqueue(demomodel.Respond(demomodel.Reasoning("Let ", "me ", "think."), demomodel.Message("Hello", " there")))
 	code, stdout, stderr := round("--user", "cli-ann", "--thread", "t1", "hello", "world", "--json", "--round-id", "r-json")
 	if code != 0 {
 		t.Fatalf("round --json: exit %d; stderr:\n%s", code, stderr)
@@ -278,7 +278,7 @@ func TestCLIRoundThroughBinary(t *testing.T) {
 
 	// Resumed, for a person: text on stdout; the reasoning as one line;
 	// the final status line with the tokens; no start-up line this time.
-	e.model.Enqueue(mockmodel.Respond(mockmodel.Reasoning("Let ", "me ", "think ", "again."), mockmodel.Message("Fine.")))
+	e.model.Enqueue(demomodel.Respond(demomodel.Reasoning("Let ", "me ", "think ", "again."), demomodel.Message("Fine.")))
 	code, stdout, stderr = round("--user", "cli-ann", "--thread", "t1", "--", "--not-a-flag")
 	if code != 0 || stdout != "Fine.\n" {
 		t.Errorf("round in text: exit %d, stdout %q; stderr:\n%s", code, stdout, stderr)
@@ -298,7 +298,7 @@ func TestCLIRoundThroughBinary(t *testing.T) {
 	}
 
 	// failed → 1, rejected → 6.
-	e.model.Enqueue(mockmodel.Failed("server_error", "the model broke"))
+	e.model.Enqueue(demomodel.Failed("server_error", "the model broke"))
 	if code, _, stderr := round("--user", "cli-ann", "--thread", "t1", "break"); code != exitFailed || !strings.Contains(stderr, "[round failed in ") {
 		t.Errorf("a failed round: exit %d, stderr:\n%s", code, stderr)
 	}
@@ -308,7 +308,7 @@ func TestCLIRoundThroughBinary(t *testing.T) {
 
 	// busy → 4: one round hangs on t2 and one waits behind it (the queue
 	// limit is 1), so a third is busy.
-	e.model.Enqueue(mockmodel.Respond(mockmodel.Message("partial ")).Hang(), mockmodel.Text("queued ok"))
+	e.model.Enqueue(demomodel.Respond(demomodel.Message("partial ")).Hang(), demomodel.Text("queued ok"))
 	hang := e.startRound(messages.StartRound{User: "cli-ann", Thread: "t2", Text: "hang"})
 	e.waitEvent(hang, "text", func(ev messages.RoundEvent) bool { return ev.Kind == messages.KindText })
 	queued := e.startRound(messages.StartRound{User: "cli-ann", Thread: "t2", Text: "queued"})
@@ -325,7 +325,7 @@ func TestCLIRoundThroughBinary(t *testing.T) {
 	e.await(queued).mustComplete(t)
 
 	// interrupted → 3: round's own process sees its round interrupted.
-	e.model.Enqueue(mockmodel.Respond(mockmodel.Message("partial ")).Hang())
+	e.model.Enqueue(demomodel.Respond(demomodel.Message("partial ")).Hang())
 	n := len(e.model.Requests())
 	bg := exec.Command(exe, "round", "--user", "cli-ann", "--thread", "t3", "--round-id", "r-bg", "--timeout", roundTimeout.String(), "wait")
 	bg.Env = append(os.Environ(), env...)
@@ -372,7 +372,7 @@ func TestDemoShowsTheProduct(t *testing.T) {
 			t.Errorf("the demo's output lacks %q:\n%s", want, stdout)
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "workspace", mockmodel.ShowcaseNote)); err != nil || strings.TrimSpace(string(b)) != "hello from the demo" {
+	if b, err := os.ReadFile(filepath.Join(dir, "workspace", demomodel.ShowcaseNote)); err != nil || strings.TrimSpace(string(b)) != "hello from the demo" {
 		t.Errorf("the approved command did not write its note: %q, %v", b, err)
 	}
 }

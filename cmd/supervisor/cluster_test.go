@@ -19,12 +19,12 @@ import (
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/cluster"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/procs"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
 	"github.com/meshweaver/supervisor/testkit/etcdtest"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
@@ -48,7 +48,7 @@ type testCluster struct {
 	t                      *testing.T
 	exe, bin               string
 	root, homes, workspace string
-	model                  *mockmodel.Server
+	model                  *demomodel.Server
 	members                []*clusterMember
 	etcd                   *clientv3.Client
 	stopCheck              chan struct{}
@@ -84,11 +84,11 @@ func startTestCluster(t *testing.T, n int, ec *etcdtest.Cluster, extra []string)
 	if err := os.MkdirAll(tc.workspace, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	model, err := mockmodel.Start(mockmodel.Options{Responder: func(req *mockmodel.Request) mockmodel.Script {
+	model, err := demomodel.Start(demomodel.Options{Responder: func(req *demomodel.Request) demomodel.Script {
 		if strings.Contains(req.LastUserText(), "hang") { // a round the test kills mid-stream
-			return mockmodel.Text("Thinking ").Hang()
+			return demomodel.Text("Thinking ").Hang()
 		}
-		return mockmodel.DemoResponder(req)
+		return demomodel.DemoResponder(req)
 	}})
 	if err != nil {
 		t.Fatal(err)

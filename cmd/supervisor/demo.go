@@ -13,9 +13,8 @@ import (
 	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // demoRound is one round the demo sends.
@@ -74,7 +73,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := os.WriteFile(workspace+"/SKILLS.md", []byte("# Skills\n\nThe shared skills workspace every codex thread runs in.\n"), 0o600); err != nil {
 		return err
 	}
-	model, err := mockmodel.Start(mockmodel.Options{Responder: demoResponder()})
+	model, err := demomodel.Start(demomodel.Options{Responder: demoResponder()})
 	if err != nil {
 		return err
 	}
@@ -90,7 +89,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	d, err := startDaemon(listen, nil, actors.Config{
 		Homes: homes, Workspace: workspace, CodexBin: bin,
-		Overrides: codexhome.Overrides(model.URL()), Logger: log,
+		Overrides: demomodel.Overrides(model.URL()), Logger: log,
 		// An empty HOME: the CLI's login shells must not read the
 		// operator's own profile (and print its noise into tool output).
 		CodexEnv: []string{"HOME=" + home},
@@ -142,4 +141,4 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // demoResponder is the embedded demo model of `demo` and `serve
 // --demo-model`.
-func demoResponder() mockmodel.Responder { return mockmodel.ShowcaseResponder }
+func demoResponder() demomodel.Responder { return demomodel.ShowcaseResponder }

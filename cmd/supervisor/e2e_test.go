@@ -19,11 +19,11 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/edge"
+	"github.com/meshweaver/supervisor/mcpecho"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
-	"github.com/meshweaver/supervisor/testkit/mcpserver"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // The end-to-end tests run the daemon (startDaemon: a real hollywood remote
@@ -40,7 +40,7 @@ func TestFirstRoundCreatesThenResumes(t *testing.T) {
 	e := newEnv(t, nil)
 	const user, key = "alice", "mesh/thread-1"
 
-	e.model.Enqueue(mockmodel.Text("Hello", " there", "!"))
+	e.model.Enqueue(demomodel.Text("Hello", " there", "!"))
 	r1 := e.round(messages.StartRound{User: user, Thread: key, Text: "first message"}).mustComplete(t)
 	if got, want := r1.text(), "Hello there!"; got != want {
 		t.Errorf("text = %q, want %q", got, want)
@@ -56,7 +56,7 @@ func TestFirstRoundCreatesThenResumes(t *testing.T) {
 		t.Errorf("rollouts of %s: %v, want one", v1.CodexThreadID, rs)
 	}
 
-	e.model.Enqueue(mockmodel.Text("Second", " answer"))
+	e.model.Enqueue(demomodel.Text("Second", " answer"))
 	r2 := e.round(messages.StartRound{User: user, Thread: key, Text: "second message"}).mustComplete(t)
 	if v2 := r2.verdict; !v2.Resumed || v2.FellBack || v2.CodexThreadID != v1.CodexThreadID {
 		t.Errorf("second verdict = %+v, want thread %s resumed", v2, v1.CodexThreadID)
@@ -83,7 +83,7 @@ func TestFallbackWhenRolloutsAreGone(t *testing.T) {
 	const user = "bob"
 	const keyJ, keyH = "mesh/journal", "mesh/history"
 
-	e.model.Enqueue(mockmodel.Text("The sky", " is blue."), mockmodel.Text("Noted."))
+	e.model.Enqueue(demomodel.Text("The sky", " is blue."), demomodel.Text("Noted."))
 	j1 := e.round(messages.StartRound{User: user, Thread: keyJ, Text: "What colour is the sky?"}).mustComplete(t)
 	h1 := e.round(messages.StartRound{User: user, Thread: keyH, Text: "journal-only remark"}).mustComplete(t)
 
@@ -94,7 +94,7 @@ func TestFallbackWhenRolloutsAreGone(t *testing.T) {
 	})
 
 	t.Run("from the journal", func(t *testing.T) {
-		e.model.Enqueue(mockmodel.Text("Fresh", " start"))
+		e.model.Enqueue(demomodel.Text("Fresh", " start"))
 		j2 := e.round(messages.StartRound{User: user, Thread: keyJ, Text: "And the grass?"}).mustComplete(t)
 		v := j2.verdict
 		if !v.FellBack || v.Resumed || !store.IsUUID(v.CodexThreadID) || v.CodexThreadID == j1.verdict.CodexThreadID {
@@ -125,7 +125,7 @@ func TestFallbackWhenRolloutsAreGone(t *testing.T) {
 		}
 
 		// The rewritten record is the one the next round resumes.
-		e.model.Enqueue(mockmodel.Text("Green."))
+		e.model.Enqueue(demomodel.Text("Green."))
 		j3 := e.round(messages.StartRound{User: user, Thread: keyJ, Text: "Sure?"}).mustComplete(t)
 		if w := j3.verdict; !w.Resumed || w.FellBack || w.CodexThreadID != v.CodexThreadID {
 			t.Errorf("next verdict = %+v, want %s resumed", w, v.CodexThreadID)
@@ -137,7 +137,7 @@ func TestFallbackWhenRolloutsAreGone(t *testing.T) {
 			{Role: messages.RoleUser, Text: "history question from the mesh"},
 			{Role: messages.RoleAssistant, Text: "history answer from the mesh"},
 		}
-		e.model.Enqueue(mockmodel.Text("ok"))
+		e.model.Enqueue(demomodel.Text("ok"))
 		h2 := e.round(messages.StartRound{User: user, Thread: keyH, Text: "continue", History: history}).mustComplete(t)
 		v := h2.verdict
 		if !v.FellBack || v.Resumed || v.CodexThreadID == h1.verdict.CodexThreadID {
@@ -166,10 +166,10 @@ func TestFallbackWhenRolloutsAreGone(t *testing.T) {
 func TestCodexKilledMidRound(t *testing.T) {
 	e := newEnv(t, nil)
 	const user, key = "carol", "mesh/kill"
-	e.model.Enqueue(mockmodel.Text("first answer"))
+	e.model.Enqueue(demomodel.Text("first answer"))
 	r1 := e.round(messages.StartRound{User: user, Thread: key, Text: "first message"}).mustComplete(t)
 
-	e.model.Enqueue(mockmodel.Respond(mockmodel.Message("partial ", "answer")).Hang())
+	e.model.Enqueue(demomodel.Respond(demomodel.Message("partial ", "answer")).Hang())
 	id := e.startRound(messages.StartRound{User: user, Thread: key, Text: "this turn dies"})
 	e.waitEvent(id, "a text delta", func(ev messages.RoundEvent) bool { return ev.Kind == messages.KindText })
 	victim := e.appServer(user)
@@ -181,7 +181,7 @@ func TestCodexKilledMidRound(t *testing.T) {
 		t.Errorf("verdict = %+v, want failed naming the SIGKILL", v)
 	}
 
-	e.model.Enqueue(mockmodel.Text("back again"))
+	e.model.Enqueue(demomodel.Text("back again"))
 	r3 := e.round(messages.StartRound{User: user, Thread: key, Text: "after the crash"}).mustComplete(t)
 	if v := r3.verdict; !v.Resumed || v.FellBack || v.CodexThreadID != r1.verdict.CodexThreadID {
 		t.Errorf("verdict after the crash = %+v, want %s resumed", v, r1.verdict.CodexThreadID)
@@ -203,10 +203,10 @@ func TestEventKinds(t *testing.T) {
 	e := newEnv(t, func(c *actors.Config) { c.Sandbox = "workspace-write" })
 
 	t.Run("reasoning, text and usage", func(t *testing.T) {
-		u1 := mockmodel.Usage{InputTokens: 1200, CachedInputTokens: 300, OutputTokens: 45, ReasoningOutputTokens: 7, TotalTokens: 1245}
-		e.model.Enqueue(mockmodel.Respond(
-			mockmodel.Reasoning("Let me ", "think.").WithID("rs-1"),
-			mockmodel.Message("Hel", "lo ", "world").WithID("msg-1"),
+		u1 := demomodel.Usage{InputTokens: 1200, CachedInputTokens: 300, OutputTokens: 45, ReasoningOutputTokens: 7, TotalTokens: 1245}
+		e.model.Enqueue(demomodel.Respond(
+			demomodel.Reasoning("Let me ", "think.").WithID("rs-1"),
+			demomodel.Message("Hel", "lo ", "world").WithID("msg-1"),
 		).WithUsage(u1))
 		r := e.round(messages.StartRound{User: "dave", Thread: "kinds/text", Text: "hello"}).mustComplete(t)
 		checkDeltas(t, r, messages.KindReasoning, "rs-1", "Let me ", "think.")
@@ -218,17 +218,17 @@ func TestEventKinds(t *testing.T) {
 
 		// A second round on the thread reports its own request, not the
 		// thread's running total.
-		u2 := mockmodel.Usage{InputTokens: 2000, CachedInputTokens: 1500, OutputTokens: 20, TotalTokens: 2020}
-		e.model.Enqueue(mockmodel.Text("again").WithUsage(u2))
+		u2 := demomodel.Usage{InputTokens: 2000, CachedInputTokens: 1500, OutputTokens: 20, TotalTokens: 2020}
+		e.model.Enqueue(demomodel.Text("again").WithUsage(u2))
 		r2 := e.round(messages.StartRound{User: "dave", Thread: "kinds/text", Text: "again"}).mustComplete(t)
 		checkUsage(t, r2, u2)
 	})
 
 	t.Run("shell", func(t *testing.T) {
 		e.model.Enqueue(
-			mockmodel.Respond(mockmodel.ExecCommand("call-ok", "echo hello-from-shell")),
-			mockmodel.Respond(mockmodel.ExecCommand("call-fail", "echo oops; exit 3")),
-			mockmodel.Text("done"),
+			demomodel.Respond(demomodel.ExecCommand("call-ok", "echo hello-from-shell")),
+			demomodel.Respond(demomodel.ExecCommand("call-fail", "echo oops; exit 3")),
+			demomodel.Text("done"),
 		)
 		r := e.round(messages.StartRound{User: "dave", Thread: "kinds/shell", Text: "run things"}).mustComplete(t)
 		for _, c := range []struct {
@@ -269,7 +269,7 @@ func TestEventKinds(t *testing.T) {
 			t.Fatal(err)
 		}
 		patch := "*** Begin Patch\n*** Add File: notes/new.txt\n+hello patch\n*** Update File: hello.txt\n@@\n-old line\n+new line\n*** End Patch"
-		e.model.Enqueue(mockmodel.Respond(mockmodel.ApplyPatch("call-p1", patch)), mockmodel.Text("patched"))
+		e.model.Enqueue(demomodel.Respond(demomodel.ApplyPatch("call-p1", patch)), demomodel.Text("patched"))
 		r := e.round(messages.StartRound{User: "dave", Thread: "kinds/patch", Text: "patch it"}).mustComplete(t)
 		call, res := toolPair(t, r, "call-p1")
 		if call == nil || res == nil {
@@ -296,7 +296,7 @@ func TestEventKinds(t *testing.T) {
 	})
 
 	t.Run("model fails with HTTP 500", func(t *testing.T) {
-		e.model.Enqueue(mockmodel.InternalServerError())
+		e.model.Enqueue(demomodel.InternalServerError())
 		r := e.round(messages.StartRound{User: "dave", Thread: "kinds/fail", Text: "boom"})
 		v := r.verdict
 		if v.Status != messages.StatusFailed || v.CodexErrorInfo != `"internalServerError"` || v.Error == "" {
@@ -322,23 +322,23 @@ func TestEventKinds(t *testing.T) {
 // never the daemon's log.
 func TestMCPBackConnection(t *testing.T) {
 	const token = "mesh-token-5a1f"
-	startMCP := func(t *testing.T, readOnly bool) *mcpserver.Server {
-		opts := mcpserver.Options{Token: token}
+	startMCP := func(t *testing.T, readOnly bool) *mcpecho.Server {
+		opts := mcpecho.Options{Token: token}
 		if readOnly {
 			opts.Annotations = map[string]map[string]any{"echo": {"readOnlyHint": true}}
 		}
-		s, err := mcpserver.Start(opts)
+		s, err := mcpecho.Start(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(s.Close)
 		return s
 	}
-	run := func(t *testing.T, e *env, s *mcpserver.Server, user string) (roundResult, *messages.ToolCall, *messages.ToolResult) {
+	run := func(t *testing.T, e *env, s *mcpecho.Server, user string) (roundResult, *messages.ToolCall, *messages.ToolResult) {
 		t.Helper()
 		e.model.Enqueue(
-			mockmodel.Respond(mockmodel.MCPCall("call-mcp", "meshweaver", "echo", `{"text":"hi there"}`)),
-			mockmodel.Text("done"),
+			demomodel.Respond(demomodel.MCPCall("call-mcp", "meshweaver", "echo", `{"text":"hi there"}`)),
+			demomodel.Text("done"),
 		)
 		r := e.round(messages.StartRound{User: user, Thread: "mcp", Text: "use the mesh tool",
 			MCPURL: s.URL(), MCPToken: token, AutoApprove: true}).mustComplete(t)
@@ -422,20 +422,20 @@ func TestMCPBackConnection(t *testing.T) {
 // settings of the round that loaded it.
 func TestMCPSettingsFollowEachRound(t *testing.T) {
 	e := newEnv(t, nil)
-	s, err := mcpserver.Start(mcpserver.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}})
+	s, err := mcpecho.Start(mcpecho.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
 	const user = "quinn"
-	echo := func(id string) mockmodel.Script {
-		return mockmodel.Respond(mockmodel.MCPCall(id, "meshweaver", "echo", `{"text":"`+id+`"}`))
+	echo := func(id string) demomodel.Script {
+		return demomodel.Respond(demomodel.MCPCall(id, "meshweaver", "echo", `{"text":"`+id+`"}`))
 	}
 
 	t.Run("added on a later round", func(t *testing.T) {
-		e.model.Enqueue(mockmodel.Text("no tools yet"))
+		e.model.Enqueue(demomodel.Text("no tools yet"))
 		e.round(messages.StartRound{User: user, Thread: "mcp/added", Text: "plain"}).mustComplete(t)
-		e.model.Enqueue(echo("call-added"), mockmodel.Text("done"))
+		e.model.Enqueue(echo("call-added"), demomodel.Text("done"))
 		r := e.round(messages.StartRound{User: user, Thread: "mcp/added", Text: "now with the mesh",
 			MCPURL: s.URL(), MCPToken: "token-added"}).mustComplete(t)
 		reqs := e.model.Requests()
@@ -448,10 +448,10 @@ func TestMCPSettingsFollowEachRound(t *testing.T) {
 	})
 
 	t.Run("token rotated", func(t *testing.T) {
-		e.model.Enqueue(mockmodel.Text("first"))
+		e.model.Enqueue(demomodel.Text("first"))
 		e.round(messages.StartRound{User: user, Thread: "mcp/rotated", Text: "with token A",
 			MCPURL: s.URL(), MCPToken: "token-A"}).mustComplete(t)
-		e.model.Enqueue(echo("call-rotated"), mockmodel.Text("done"))
+		e.model.Enqueue(echo("call-rotated"), demomodel.Text("done"))
 		e.round(messages.StartRound{User: user, Thread: "mcp/rotated", Text: "with token B",
 			MCPURL: s.URL(), MCPToken: "token-B"}).mustComplete(t)
 		var got []string
@@ -466,10 +466,10 @@ func TestMCPSettingsFollowEachRound(t *testing.T) {
 	})
 
 	t.Run("left out on a later round", func(t *testing.T) {
-		e.model.Enqueue(mockmodel.Text("first"))
+		e.model.Enqueue(demomodel.Text("first"))
 		e.round(messages.StartRound{User: user, Thread: "mcp/removed", Text: "with the mesh",
 			MCPURL: s.URL(), MCPToken: "token-C"}).mustComplete(t)
-		e.model.Enqueue(mockmodel.Text("second"))
+		e.model.Enqueue(demomodel.Text("second"))
 		e.round(messages.StartRound{User: user, Thread: "mcp/removed", Text: "without the mesh"}).mustComplete(t)
 		if req := e.lastRequest(); req.HasTool("mcp__meshweaver") {
 			t.Errorf("a round without MCPURL still offers the earlier round's MCP tools: %v", req.ToolNames())
@@ -487,14 +487,14 @@ func TestMCPSettingsFollowEachRound(t *testing.T) {
 // readOnlyHint.
 func TestMCPApprovalFollowsAutoApprove(t *testing.T) {
 	e := newEnv(t, func(c *actors.Config) { c.ApprovalPolicy = "on-request" })
-	s, err := mcpserver.Start(mcpserver.Options{})
+	s, err := mcpecho.Start(mcpecho.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
 	for _, auto := range []bool{false, true} {
 		id := map[bool]string{false: "call-ask", true: "call-auto"}[auto]
-		e.model.Enqueue(mockmodel.Respond(mockmodel.MCPCall(id, "meshweaver", "echo", `{"text":"hi"}`)), mockmodel.Text("done"))
+		e.model.Enqueue(demomodel.Respond(demomodel.MCPCall(id, "meshweaver", "echo", `{"text":"hi"}`)), demomodel.Text("done"))
 		r := e.round(messages.StartRound{User: "rita", Thread: "mcp/approve-" + id, Text: "use the mesh tool",
 			MCPURL: s.URL(), MCPToken: "tok", AutoApprove: auto}).mustComplete(t)
 		_, res := toolPair(t, r, id)
@@ -522,7 +522,7 @@ func TestApprovals(t *testing.T) {
 		name := map[bool]string{true: "approved", false: "declined"}[auto]
 		t.Run("command "+name, func(t *testing.T) {
 			file := "cmd-" + name + ".txt"
-			e.model.Enqueue(mockmodel.Respond(mockmodel.ExecCommand("call-"+name, "touch "+file)), mockmodel.Text("ok"))
+			e.model.Enqueue(demomodel.Respond(demomodel.ExecCommand("call-"+name, "touch "+file)), demomodel.Text("ok"))
 			r := e.round(messages.StartRound{User: "hank", Thread: "approve/cmd-" + name, Text: "touch it", AutoApprove: auto}).mustComplete(t)
 			_, res := toolPair(t, r, "call-"+name)
 			if res == nil {
@@ -540,7 +540,7 @@ func TestApprovals(t *testing.T) {
 		t.Run("patch "+name, func(t *testing.T) {
 			file := "patch-" + name + ".txt"
 			patch := "*** Begin Patch\n*** Add File: " + file + "\n+x\n*** End Patch"
-			e.model.Enqueue(mockmodel.Respond(mockmodel.ApplyPatch("call-p-"+name, patch)), mockmodel.Text("ok"))
+			e.model.Enqueue(demomodel.Respond(demomodel.ApplyPatch("call-p-"+name, patch)), demomodel.Text("ok"))
 			r := e.round(messages.StartRound{User: "hank", Thread: "approve/patch-" + name, Text: "patch it", AutoApprove: auto}).mustComplete(t)
 			_, res := toolPair(t, r, "call-p-"+name)
 			if res == nil {
@@ -624,7 +624,7 @@ func TestHostileAndGarbageInput(t *testing.T) {
 	default:
 	}
 
-	e.model.Enqueue(mockmodel.Text("still here"))
+	e.model.Enqueue(demomodel.Text("still here"))
 	r := e.round(messages.StartRound{User: "ivan", Thread: "after-garbage", Text: "are you up?"}).mustComplete(t)
 	if got := r.text(); got != "still here" {
 		t.Errorf("text = %q", got)
@@ -646,7 +646,7 @@ func TestHostileAndGarbageInput(t *testing.T) {
 // carries the first answer, and the first request does not carry its text).
 func TestSameThreadQueues(t *testing.T) {
 	e := newEnv(t, nil)
-	e.model.Enqueue(mockmodel.Text("one ", "two ", "three").WithDelay(40*time.Millisecond), mockmodel.Text("second answer"))
+	e.model.Enqueue(demomodel.Text("one ", "two ", "three").WithDelay(40*time.Millisecond), demomodel.Text("second answer"))
 	id1 := e.startRound(messages.StartRound{User: "judy", Thread: "q", Text: "first in line"})
 	id2 := e.startRound(messages.StartRound{User: "judy", Thread: "q", Text: "second in line"})
 	r1 := e.await(id1).mustComplete(t)
@@ -676,7 +676,7 @@ func TestSameThreadQueues(t *testing.T) {
 // busy verdict at once; the waiting one runs when the first ends.
 func TestQueueLimit(t *testing.T) {
 	e := newEnv(t, func(c *actors.Config) { c.QueueLimit = 1 })
-	e.model.Enqueue(mockmodel.Respond(mockmodel.Message("working")).Hang(), mockmodel.Text("queued answer"))
+	e.model.Enqueue(demomodel.Respond(demomodel.Message("working")).Hang(), demomodel.Text("queued answer"))
 	id1 := e.startRound(messages.StartRound{User: "kim", Thread: "q", Text: "hang"})
 	e.waitEvent(id1, "a text delta", func(ev messages.RoundEvent) bool { return ev.Kind == messages.KindText })
 	id2 := e.startRound(messages.StartRound{User: "kim", Thread: "q", Text: "wait"})
@@ -703,15 +703,15 @@ func TestThreadsRunConcurrently(t *testing.T) {
 	var once sync.Once
 	open := func() { once.Do(func() { close(gate) }) }
 	t.Cleanup(open) // before the model closes: it waits for its handlers
-	e.model.SetResponder(func(req *mockmodel.Request) mockmodel.Script {
+	e.model.SetResponder(func(req *demomodel.Request) demomodel.Script {
 		if req.LastUserText() == "slow" {
 			select {
 			case <-gate:
 			case <-time.After(waitTimeout):
 			}
-			return mockmodel.Text("slow answer")
+			return demomodel.Text("slow answer")
 		}
-		return mockmodel.Text("fast answer")
+		return demomodel.Text("fast answer")
 	})
 	slow := e.startRound(messages.StartRound{User: "lee", Thread: "a", Text: "slow"})
 	e.waitModelRequests(1)
@@ -736,7 +736,7 @@ func TestInterruptAndSteer(t *testing.T) {
 	e := newEnv(t, nil)
 	const user, key = "mia", "ctl"
 
-	e.model.Enqueue(mockmodel.Respond(mockmodel.Message("partial ")).Hang())
+	e.model.Enqueue(demomodel.Respond(demomodel.Message("partial ")).Hang())
 	id := e.startRound(messages.StartRound{User: user, Thread: key, Text: "start and hang"})
 	e.waitEvent(id, "a text delta", func(ev messages.RoundEvent) bool { return ev.Kind == messages.KindText })
 	e.send(messages.InterruptRound{User: user, Thread: key, RoundID: id})
@@ -755,7 +755,7 @@ func TestInterruptAndSteer(t *testing.T) {
 		t.Errorf("interrupt with nothing running: %+v, want refused", rc)
 	}
 
-	e.model.Enqueue(mockmodel.Respond(mockmodel.Message("thinking ")).Hang(), mockmodel.Text("steered answer"))
+	e.model.Enqueue(demomodel.Respond(demomodel.Message("thinking ")).Hang(), demomodel.Text("steered answer"))
 	id = e.startRound(messages.StartRound{User: user, Thread: key, Text: "start and wait"})
 	e.waitEvent(id, "a text delta", func(ev messages.RoundEvent) bool { return ev.Kind == messages.KindText })
 	e.send(messages.SteerRound{User: user, Thread: key, RoundID: id, Text: "also consider this"})
@@ -778,7 +778,7 @@ func TestInterruptAndSteer(t *testing.T) {
 // that round's verdict, interrupted, and stops codex.
 func TestDaemonStopMidRound(t *testing.T) {
 	e := newEnv(t, nil)
-	e.model.Enqueue(mockmodel.Respond(mockmodel.Message("partial ")).Hang())
+	e.model.Enqueue(demomodel.Respond(demomodel.Message("partial ")).Hang())
 	id := e.startRound(messages.StartRound{User: "nina", Thread: "stop", Text: "hang"})
 	e.waitEvent(id, "a text delta", func(ev messages.RoundEvent) bool { return ev.Kind == messages.KindText })
 	// The drain waits two thirds of the timeout for the hanging round,
@@ -805,12 +805,12 @@ func TestDaemonStopMidRound(t *testing.T) {
 // adding up usage would count the previous request twice.
 func TestResumedRoundReportsOnlyItsOwnUsage(t *testing.T) {
 	e := newEnv(t, nil)
-	u1 := mockmodel.Usage{InputTokens: 111, OutputTokens: 11}
-	u2 := mockmodel.Usage{InputTokens: 222, OutputTokens: 22}
-	e.model.Enqueue(mockmodel.Text("one").WithUsage(u1))
+	u1 := demomodel.Usage{InputTokens: 111, OutputTokens: 11}
+	u2 := demomodel.Usage{InputTokens: 222, OutputTokens: 22}
+	e.model.Enqueue(demomodel.Text("one").WithUsage(u1))
 	e.round(messages.StartRound{User: "omar", Thread: "usage", Text: "first"}).mustComplete(t)
 	e.restart(nil)
-	e.model.Enqueue(mockmodel.Text("two").WithUsage(u2))
+	e.model.Enqueue(demomodel.Text("two").WithUsage(u2))
 	r := e.round(messages.StartRound{User: "omar", Thread: "usage", Text: "second"}).mustComplete(t)
 	if !r.verdict.Resumed {
 		t.Fatalf("verdict %+v, want resumed", r.verdict)
@@ -829,11 +829,11 @@ func TestResumedRoundReportsOnlyItsOwnUsage(t *testing.T) {
 func TestUnreachableReplyToDoesNotStallOthers(t *testing.T) {
 	e := newEnv(t, nil)
 	// Warm both users' app-servers, so the measured round is a warm one.
-	e.model.Enqueue(mockmodel.Text("warm"), mockmodel.Text("warm"))
+	e.model.Enqueue(demomodel.Text("warm"), demomodel.Text("warm"))
 	e.round(messages.StartRound{User: "victim", Thread: "t", Text: "warm up"}).mustComplete(t)
 	e.round(messages.StartRound{User: "mallory", Thread: "t", Text: "warm up"}).mustComplete(t)
 	start := time.Now()
-	e.model.Enqueue(mockmodel.Text("baseline"))
+	e.model.Enqueue(demomodel.Text("baseline"))
 	e.round(messages.StartRound{User: "victim", Thread: "t", Text: "baseline"}).mustComplete(t)
 	baseline := time.Since(start)
 
@@ -849,7 +849,7 @@ func TestUnreachableReplyToDoesNotStallOthers(t *testing.T) {
 		t.Errorf("verdict = %+v, want rejected naming reply_to", v)
 	}
 	start = time.Now()
-	e.model.Enqueue(mockmodel.Text("on time"))
+	e.model.Enqueue(demomodel.Text("on time"))
 	e.round(messages.StartRound{User: "victim", Thread: "t", Text: "am I delayed?"}).mustComplete(t)
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("a round of another user took %v (%v without the unreachable reply_to)", took.Round(time.Millisecond), baseline.Round(time.Millisecond))
@@ -900,7 +900,7 @@ func checkDeltas(t *testing.T, r roundResult, k messages.EventKind, itemID strin
 
 // checkUsage checks that the round reported exactly one usage event, with
 // the numbers of u (one model request).
-func checkUsage(t *testing.T, r roundResult, u mockmodel.Usage) {
+func checkUsage(t *testing.T, r roundResult, u demomodel.Usage) {
 	t.Helper()
 	total := u.TotalTokens
 	if total == 0 {
@@ -944,7 +944,7 @@ func toolPair(t *testing.T, r roundResult, callID string) (*messages.ToolCall, *
 
 // checkBearer checks that every request the MCP server got carried the
 // bearer token, and that the handshake (initialize, tools/list) happened.
-func checkBearer(t *testing.T, s *mcpserver.Server, token string) {
+func checkBearer(t *testing.T, s *mcpecho.Server, token string) {
 	t.Helper()
 	reqs := s.Requests()
 	var methods []string
@@ -1054,7 +1054,7 @@ func TestBinaryServeAndRound(t *testing.T) {
 		return b.String()
 	}
 
-	model.Enqueue(mockmodel.Text("Hello ", "from ", "the binary"))
+	model.Enqueue(demomodel.Text("Hello ", "from ", "the binary"))
 	out, err := roundCmd("bin/t1", "hello binary").Output()
 	if err != nil {
 		t.Fatalf("round: %v\n%s", err, out)
@@ -1068,7 +1068,7 @@ func TestBinaryServeAndRound(t *testing.T) {
 		t.Errorf("first done %v", done1)
 	}
 
-	model.Enqueue(mockmodel.Text("again"))
+	model.Enqueue(demomodel.Text("again"))
 	out, err = roundCmd("bin/t1", "again please").Output()
 	if err != nil {
 		t.Fatalf("second round: %v\n%s", err, out)
@@ -1077,7 +1077,7 @@ func TestBinaryServeAndRound(t *testing.T) {
 		t.Errorf("second done %v, want thread %s resumed", done, thread)
 	}
 
-	model.Enqueue(mockmodel.InternalServerError())
+	model.Enqueue(demomodel.InternalServerError())
 	out, err = roundCmd("bin/t2", "fail please").Output()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
@@ -1088,7 +1088,7 @@ func TestBinaryServeAndRound(t *testing.T) {
 	}
 
 	// interrupt: a round hangs until `supervisor interrupt` stops it.
-	model.Enqueue(mockmodel.Respond(mockmodel.Message("partial")).Hang())
+	model.Enqueue(demomodel.Respond(demomodel.Message("partial")).Hang())
 	var hangOut bytes.Buffer
 	hang := roundCmd("bin/t3", "hang please")
 	hang.Stdout = &hangOut

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // TestGoClientEndToEnd: package client against the real daemon binary run
@@ -51,12 +51,12 @@ func TestGoClientEndToEnd(t *testing.T) {
 		return text.String(), v
 	}
 
-	model.Enqueue(mockmodel.Text("Hello ", "from ", "Go"))
+	model.Enqueue(demomodel.Text("Hello ", "from ", "Go"))
 	text, v := round(messages.StartRound{User: "gopher", Thread: "go/t1", Text: "hello"})
 	if text != "Hello from Go" || v.Status != messages.StatusCompleted || v.Resumed {
 		t.Errorf("first round: %q, %+v; want the text, completed on a new thread", text, v)
 	}
-	model.Enqueue(mockmodel.Text("Again"))
+	model.Enqueue(demomodel.Text("Again"))
 	text, v2 := round(messages.StartRound{User: "gopher", Thread: "go/t1", Text: "again"})
 	if text != "Again" || v2.Status != messages.StatusCompleted || !v2.Resumed || v2.CodexThreadID != v.CodexThreadID {
 		t.Errorf("second round: %q, %+v; want the text, completed on the resumed thread %s", text, v2, v.CodexThreadID)
@@ -64,7 +64,7 @@ func TestGoClientEndToEnd(t *testing.T) {
 
 	// A round whose model stream hangs: interrupted, it still gets its
 	// verdict.
-	model.Enqueue(mockmodel.Text("Thinking ").Hang())
+	model.Enqueue(demomodel.Text("Thinking ").Hang())
 	r, err := c.Round(ctx, messages.StartRound{User: "gopher", Thread: "go/t2", Text: "take your time"})
 	if err != nil {
 		t.Fatal(err)

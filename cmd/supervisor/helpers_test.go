@@ -16,10 +16,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 	"github.com/meshweaver/supervisor/testkit/syncbuf"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
@@ -66,7 +66,7 @@ type env struct {
 	root      string // the test's temporary folder; every CODEX_HOME is under it
 	homes     string
 	workspace string
-	model     *mockmodel.Server
+	model     *demomodel.Server
 	cfg       actors.Config
 	logs      *syncBuffer // the daemon's log at debug level, the app-servers' stderr included
 
@@ -109,7 +109,7 @@ func newEnvEdge(t *testing.T, mutate func(*actors.Config), eo edgeOptions, clien
 	if err := os.MkdirAll(e.workspace, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	model, err := mockmodel.Start(mockmodel.Options{})
+	model, err := demomodel.Start(demomodel.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +432,7 @@ func (e *env) waitCount(what string, c prometheus.Collector, n float64) {
 }
 
 // waitModelRequests waits until the model received n requests in all.
-func (e *env) waitModelRequests(n int) []mockmodel.Request {
+func (e *env) waitModelRequests(n int) []demomodel.Request {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
@@ -444,7 +444,7 @@ func (e *env) waitModelRequests(n int) []mockmodel.Request {
 }
 
 // lastRequest is the model's latest request.
-func (e *env) lastRequest() mockmodel.Request {
+func (e *env) lastRequest() demomodel.Request {
 	e.t.Helper()
 	reqs := e.model.Requests()
 	if len(reqs) == 0 {
@@ -558,7 +558,7 @@ func testCodexEnv(t *testing.T) []string {
 // adds its own.
 type binaryServe struct {
 	bin, root, exe, homes, workspace, addr string
-	model                                  *mockmodel.Server
+	model                                  *demomodel.Server
 	args                                   []string
 }
 
@@ -566,7 +566,7 @@ func newBinaryServe(t *testing.T) binaryServe {
 	t.Helper()
 	b := binaryServe{bin: codexBin(t), root: t.TempDir()}
 	b.exe = opsBuild(t, b.root)
-	model, err := mockmodel.Start(mockmodel.Options{})
+	model, err := demomodel.Start(demomodel.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,9 +28,9 @@ import (
 	"storj.io/drpc/drpcmanager"
 	"storj.io/drpc/drpcwire"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
@@ -43,7 +43,7 @@ type hostileRig struct {
 	addr       string
 	metricsURL string
 	srv        *opsServe
-	model      *mockmodel.Server
+	model      *demomodel.Server
 }
 
 // hostileStart builds and runs the daemon with the extra serve flags.
@@ -56,7 +56,7 @@ func hostileStart(t *testing.T, extra ...string) *hostileRig {
 		t.Fatal(err)
 	}
 	exe := opsBuild(t, h.root)
-	model, err := mockmodel.Start(mockmodel.Options{})
+	model, err := demomodel.Start(demomodel.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +524,7 @@ func TestHostileIdentities(t *testing.T) {
 	}
 	h := hostileStart(t, "--tls-cert", daemonCert, "--tls-key", daemonKey, "--tls-ca", ca.pem,
 		"--authz", policy, "--dial-timeout", "2s")
-	h.model.SetResponder(func(req *mockmodel.Request) mockmodel.Script { return mockmodel.Text("ok") })
+	h.model.SetResponder(func(req *demomodel.Request) demomodel.Script { return demomodel.Text("ok") })
 	aliceConf, bobConf := tlsConfig(t, aliceCert, aliceKey, ca.pem), tlsConfig(t, bobCert, bobKey, ca.pem)
 	alice, bob := opsNewCaller(t, h.addr, aliceConf), opsNewCaller(t, h.addr, bobConf)
 	root := rootPID(h.addr)
@@ -669,7 +669,7 @@ func TestHostileIdentities(t *testing.T) {
 // first one's app-server lives on and its caller is still served.
 func TestSecondDaemonOnSameHomes(t *testing.T) {
 	h := hostileStart(t)
-	h.model.SetResponder(func(req *mockmodel.Request) mockmodel.Script { return mockmodel.Text("ok") })
+	h.model.SetResponder(func(req *demomodel.Request) demomodel.Script { return demomodel.Text("ok") })
 	c := opsNewCaller(t, h.addr, nil)
 	if v := c.round(messages.StartRound{User: "lock-alice", Thread: "t", Text: "hi"}).verdict; v.Status != messages.StatusCompleted {
 		t.Fatalf("first round: %+v", v)
@@ -717,8 +717,8 @@ func TestLongRoundOutlivesIdleLimit(t *testing.T) {
 	eo := testEdge
 	eo.limits = lim
 	e := newEnvEdge(t, nil, eo, func(rc remote.Config) remote.Config { return rc.WithLimits(lim) })
-	e.model.SetResponder(func(req *mockmodel.Request) mockmodel.Script {
-		return mockmodel.Text("long ", "answer").WithDelay(700 * time.Millisecond)
+	e.model.SetResponder(func(req *demomodel.Request) demomodel.Script {
+		return demomodel.Text("long ", "answer").WithDelay(700 * time.Millisecond)
 	})
 	defer e.c.rem.Hold(e.addr)()
 	start := time.Now()
@@ -836,7 +836,7 @@ func blackHole(t *testing.T) string {
 // address's dial runs off the router, in that address's own writer.
 func TestHostileBlackHolePlaintext(t *testing.T) {
 	h := hostileStart(t, "--dial-timeout", "3s")
-	h.model.SetResponder(func(req *mockmodel.Request) mockmodel.Script { return mockmodel.Text("ok") })
+	h.model.SetResponder(func(req *demomodel.Request) demomodel.Script { return demomodel.Text("ok") })
 	good := opsNewCaller(t, h.addr, nil)
 	root := rootPID(h.addr)
 	median := func(n int) time.Duration { return medianRound(t, good, "hole-alice", n) }

@@ -16,11 +16,11 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
@@ -112,7 +112,7 @@ func testUsersIsolated(t *testing.T, mode, sandbox string) {
 	// B: a stored key, a live app-server that wrote it into auth.json.
 	e.send(messages.SetAPIKey{User: "bob", APIKey: marker})
 	e.awaitOther("APIKeyStored", func(m any) bool { _, ok := m.(messages.APIKeyStored); return ok })
-	e.model.Enqueue(mockmodel.Text("hello bob"))
+	e.model.Enqueue(demomodel.Text("hello bob"))
 	e.round(messages.StartRound{User: "bob", Thread: "b/1", Text: "hi"}).mustComplete(t)
 	bobHome := e.home("bob")
 	bobAuth := filepath.Join(bobHome, "auth.json")
@@ -155,16 +155,16 @@ func testUsersIsolated(t *testing.T, mode, sandbox string) {
 			struct{ id, cmd string }{fmt.Sprintf("environ-%d", i), fmt.Sprintf("cat /proc/%d/environ", pid)},
 			struct{ id, cmd string }{fmt.Sprintf("kill-%d", i), fmt.Sprintf("kill -0 %d", pid)})
 	}
-	var script []mockmodel.Script
+	var script []demomodel.Script
 	for _, h := range hostile {
-		script = append(script, mockmodel.Respond(mockmodel.ExecCommand(h.id, h.cmd)))
+		script = append(script, demomodel.Respond(demomodel.ExecCommand(h.id, h.cmd)))
 	}
 	patch := "*** Begin Patch\n*** Add File: from-alice.txt\n+patched by alice\n*** End Patch"
 	script = append(script,
-		mockmodel.Respond(mockmodel.ExecCommand("own", "echo own-$((6*7))")),
-		mockmodel.Respond(mockmodel.ExecCommand("read-ws", "cat "+filepath.Join(ws, "readme.txt"))),
-		mockmodel.Respond(mockmodel.ApplyPatch("patch", patch)),
-		mockmodel.Text("done"))
+		demomodel.Respond(demomodel.ExecCommand("own", "echo own-$((6*7))")),
+		demomodel.Respond(demomodel.ExecCommand("read-ws", "cat "+filepath.Join(ws, "readme.txt"))),
+		demomodel.Respond(demomodel.ApplyPatch("patch", patch)),
+		demomodel.Text("done"))
 	e.model.Enqueue(script...)
 	r := e.round(messages.StartRound{User: "alice", Thread: "a/1", Text: "look around"}).mustComplete(t)
 
@@ -246,10 +246,10 @@ func TestSharedUIDRefused(t *testing.T) {
 			if w := e.cfg.Isolation.Warning(); w == "" {
 				t.Errorf("no warning in shared mode")
 			}
-			e.model.Enqueue(mockmodel.Text("one"))
+			e.model.Enqueue(demomodel.Text("one"))
 			e.round(messages.StartRound{User: "alice", Thread: "t", Text: "hi"}).mustComplete(t)
 			if allow {
-				e.model.Enqueue(mockmodel.Text("two"))
+				e.model.Enqueue(demomodel.Text("two"))
 				e.round(messages.StartRound{User: "bob", Thread: "t", Text: "hi"}).mustComplete(t)
 				return
 			}
@@ -262,7 +262,7 @@ func TestSharedUIDRefused(t *testing.T) {
 }
 
 // toolOutputs collects, by call id, the tool outputs the requests carry.
-func toolOutputs(t *testing.T, reqs []mockmodel.Request) map[string]string {
+func toolOutputs(t *testing.T, reqs []demomodel.Request) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, q := range reqs {

@@ -16,9 +16,9 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/contain"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // attack is one hostile command of alice's agent: the round whose text
@@ -27,19 +27,19 @@ type attack struct{ id, cmd string }
 
 // attackResponder answers each request by the attack its round names, so
 // that alice's and bob's concurrent rounds each get their own script.
-func attackResponder(attacks []attack) mockmodel.Responder {
-	return func(req *mockmodel.Request) mockmodel.Script {
+func attackResponder(attacks []attack) demomodel.Responder {
+	return func(req *demomodel.Request) demomodel.Script {
 		body := string(req.Body)
 		for _, a := range attacks {
 			if !strings.Contains(body, "ATTACK-"+a.id+" ") {
 				continue
 			}
 			if strings.Contains(body, `"function_call_output"`) {
-				return mockmodel.Text("done with " + a.id)
+				return demomodel.Text("done with " + a.id)
 			}
-			return mockmodel.Respond(mockmodel.ExecCommand(a.id, a.cmd))
+			return demomodel.Respond(demomodel.ExecCommand(a.id, a.cmd))
 		}
-		return mockmodel.Text("hello")
+		return demomodel.Text("hello")
 	}
 }
 
@@ -98,7 +98,7 @@ func TestUserLimitsContainAHostileAgent(t *testing.T) {
 		{"disk", "dd if=/dev/zero of=$HOME/fill bs=1M count=1024; sync"},
 		{"clean", "truncate -s 0 $HOME/fill"}, // the CLI refuses rm -f
 	}
-	model, err := mockmodel.Start(mockmodel.Options{Responder: attackResponder(attacks)})
+	model, err := demomodel.Start(demomodel.Options{Responder: attackResponder(attacks)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 )
 
 func main() {
@@ -101,8 +99,8 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		err = simpleCmd(ctx, args[0], args[1:], stdout, stderr)
 	case "bench":
 		err = benchCmd(ctx, args[1:], stdout, stderr)
-	case benchFakeCommand: // the bench's fake app-server (hidden)
-		fakeappserver.Main() // never returns
+	case benchFloodCommand: // the bench's events row's app-server (hidden)
+		err = benchFloodCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "fence":
 		err = fenceCmd(ctx, args[1:], stdin, stderr)
 	case "version", "--version", "-version":

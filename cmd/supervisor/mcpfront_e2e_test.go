@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/demomodel"
+	"github.com/meshweaver/supervisor/mcpecho"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/mcpserver"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // TestMCPFrontKeepsThreadWarm: the thread's MCP server is the daemon's
@@ -39,13 +39,13 @@ func TestMCPFrontKeepsThreadWarm(t *testing.T) {
 }
 
 func testMCPFront(t *testing.T, mutate func(*actors.Config)) {
-	readOnly := mcpserver.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}}
-	s1, err := mcpserver.Start(readOnly)
+	readOnly := mcpecho.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}}
+	s1, err := mcpecho.Start(readOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s1.Close)
-	s2, err := mcpserver.Start(readOnly)
+	s2, err := mcpecho.Start(readOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,10 +61,10 @@ func testMCPFront(t *testing.T, mutate func(*actors.Config)) {
 	})
 	const user, thread = "uma", "mcp/front"
 	tokens := []string{"front-token-1-9d2c", "front-token-2-77ab", "front-token-3-e410", "front-token-4-5c3b"}
-	round := func(i int, s *mcpserver.Server) {
+	round := func(i int, s *mcpecho.Server) {
 		t.Helper()
 		id := "call-front-" + strconv.Itoa(i)
-		e.model.Enqueue(mockmodel.Respond(mockmodel.MCPCall(id, "meshweaver", "echo", `{"text":"`+id+`"}`)), mockmodel.Text("done"))
+		e.model.Enqueue(demomodel.Respond(demomodel.MCPCall(id, "meshweaver", "echo", `{"text":"`+id+`"}`)), demomodel.Text("done"))
 		r := e.round(messages.StartRound{User: user, Thread: thread, Text: "use the mesh tool " + id,
 			MCPURL: s.URL(), MCPToken: tokens[i]}).mustComplete(t)
 		if _, res := toolPair(t, r, id); res != nil && (res.Failed || res.Output != "echo: "+id) {

@@ -24,10 +24,10 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 	"github.com/meshweaver/supervisor/testkit/syncbuf"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
@@ -57,7 +57,7 @@ type opsRig struct {
 	root      string // the test's folder: homes, workspace, certificates
 	homes     string
 	workspace string
-	model     *mockmodel.Server
+	model     *demomodel.Server
 	logs      *syncbuf.Buffer
 	reg       *prometheus.Registry
 	cfg       actors.Config
@@ -83,7 +83,7 @@ func opsNewRig(t *testing.T, tlsConf *tls.Config, mutate func(*actors.Config)) *
 	if err := os.MkdirAll(r.workspace, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	model, err := mockmodel.Start(mockmodel.Options{})
+	model, err := demomodel.Start(demomodel.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +502,7 @@ func TestOpsMetricsAndHealth(t *testing.T) {
 	c := opsNewCaller(t, r.addr, nil)
 
 	// A completed round.
-	r.model.Enqueue(mockmodel.Text("Hello", " from", " ops"))
+	r.model.Enqueue(demomodel.Text("Hello", " from", " ops"))
 	if v := c.round(messages.StartRound{User: user, Thread: thread, Text: "hi"}); v.verdict.Status != messages.StatusCompleted || v.text() != "Hello from ops" {
 		t.Fatalf("first round: %+v, text %q; want completed", v.verdict, v.text())
 	}
@@ -534,7 +534,7 @@ func TestOpsMetricsAndHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	opsWaitMetric(t, metricsURL, "supervisor_app_server_deaths_total", "", "1", func(v float64) bool { return v == 1 })
-	r.model.Enqueue(mockmodel.Text("back"))
+	r.model.Enqueue(demomodel.Text("back"))
 	if v := c.round(messages.StartRound{User: user, Thread: thread, Text: "again"}); v.verdict.Status != messages.StatusCompleted {
 		t.Fatalf("round after the death: %+v", v.verdict)
 	}
@@ -545,7 +545,7 @@ func TestOpsMetricsAndHealth(t *testing.T) {
 
 	// An interrupted round: the app-server is live (and not idle) while it
 	// runs; once it ended the idle app-server is evicted.
-	r.model.Enqueue(mockmodel.Respond(mockmodel.Message("partial ")).Hang())
+	r.model.Enqueue(demomodel.Respond(demomodel.Message("partial ")).Hang())
 	id := c.start(messages.StartRound{User: user, Thread: thread, Text: "hang"})
 	c.waitText(id)
 	_, body = opsHTTP(t, metricsURL)
@@ -655,7 +655,7 @@ func TestOpsEveryVerdictIsCounted(t *testing.T) {
 	c := opsNewCaller(t, r.addr, nil)
 	const user = "count-alice"
 
-	r.model.Enqueue(mockmodel.Respond(mockmodel.Message("partial ")).Hang())
+	r.model.Enqueue(demomodel.Respond(demomodel.Message("partial ")).Hang())
 	running := c.start(messages.StartRound{User: user, Thread: "t", Text: "hang"})
 	c.waitText(running)
 	queued := c.start(messages.StartRound{User: user, Thread: "t", Text: "queued"})
@@ -920,20 +920,20 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	}
 	exe := opsBuild(t, root)
 
-	model, err := mockmodel.Start(mockmodel.Options{})
+	model, err := demomodel.Start(demomodel.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(model.Close) // last: after serve and its app-servers are gone
-	model.SetResponder(func(req *mockmodel.Request) mockmodel.Script {
+	model.SetResponder(func(req *demomodel.Request) demomodel.Script {
 		switch req.LastUserText() {
 		case "hang":
-			return mockmodel.Respond(mockmodel.Message("partial ")).Hang()
+			return demomodel.Respond(demomodel.Message("partial ")).Hang()
 		case "slow":
 			// About 1.5 s of streaming: well inside the drain window.
-			return mockmodel.Text("one ", "two ", "three ", "four ", "five").WithDelay(300 * time.Millisecond)
+			return demomodel.Text("one ", "two ", "three ", "four ", "five").WithDelay(300 * time.Millisecond)
 		}
-		return mockmodel.Text("ok")
+		return demomodel.Text("ok")
 	})
 
 	addr, err := freeLoopbackAddr()

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -243,5 +244,28 @@ func TestGoModHasNoReplace(t *testing.T) {
 	}
 	if regexp.MustCompile(`(?m)^\s*replace\b`).Match(b) {
 		t.Error("go.mod has a replace directive: go install …@latest would refuse the module")
+	}
+}
+
+// TestDaemonLinksNoTestCode: the shipped binary carries no test code: no
+// package of testkit/ (the fakes run from test binaries, which TestMain
+// dispatches) and not the standard library's testing.
+func TestDaemonLinksNoTestCode(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("go list -deps: %v\n%s", err, stderr)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "github.com/meshweaver/supervisor/bench") {
+		t.Fatalf("go list -deps lists no bench among %d packages: not the daemon's deps", len(deps))
+	}
+	for _, p := range deps {
+		if strings.HasPrefix(p, "github.com/meshweaver/supervisor/testkit/") || p == "testing" || strings.HasPrefix(p, "testing/") {
+			t.Errorf("the daemon links %s", p)
+		}
 	}
 }

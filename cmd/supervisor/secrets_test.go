@@ -21,22 +21,12 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/syncbuf"
 )
-
-// init turns this test binary, re-executed by a daemon as its "codex", into
-// the scripted fake app-server (testkit/fakeappserver) before any test runs.
-// The daemon hands the fake its script through --codex-env (CodexEnv): its
-// own environment never reaches a child.
-func init() {
-	if os.Getenv(fakeappserver.EnvVar) != "" {
-		fakeappserver.Main() // never returns
-	}
-}
 
 // secSecrets are the secrets a test plants.
 type secSecrets struct {
@@ -210,14 +200,14 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}
 	for _, f := range []struct {
 		name   string
-		script mockmodel.Script
+		script demomodel.Script
 		want   messages.VerdictStatus
 	}{
-		{"ok", mockmodel.Text("fine"), messages.StatusCompleted},
-		{"model 500", mockmodel.InternalServerError(), messages.StatusFailed},
-		{"model 401", mockmodel.Unauthorized(), messages.StatusFailed},
-		{"cut stream", mockmodel.Text("partial ", "answer").Cut(), messages.StatusFailed},
-		{"failed response", mockmodel.Failed("server_error", "the model broke"), messages.StatusFailed},
+		{"ok", demomodel.Text("fine"), messages.StatusCompleted},
+		{"model 500", demomodel.InternalServerError(), messages.StatusFailed},
+		{"model 401", demomodel.Unauthorized(), messages.StatusFailed},
+		{"cut stream", demomodel.Text("partial ", "answer").Cut(), messages.StatusFailed},
+		{"failed response", demomodel.Failed("server_error", "the model broke"), messages.StatusFailed},
 	} {
 		r.model.Enqueue(f.script)
 		res := c.round(withMCP("sec/"+f.name, "round: "+f.name))
@@ -227,7 +217,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}
 
 	// Mid-round: the child's environment, then its death.
-	r.model.Enqueue(mockmodel.Respond(mockmodel.Message("partial ")).Hang())
+	r.model.Enqueue(demomodel.Respond(demomodel.Message("partial ")).Hang())
 	id := c.start(withMCP("sec/killed", "this one dies"))
 	c.waitText(id)
 	home := r.home(alice)
@@ -260,7 +250,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	if v := c.await(id).verdict; v.Status != messages.StatusFailed || !strings.Contains(v.Error, "SIGKILL") {
 		t.Errorf("killed round: %+v, want failed naming the SIGKILL", v)
 	}
-	r.model.Enqueue(mockmodel.Text("back"))
+	r.model.Enqueue(demomodel.Text("back"))
 	if v := c.round(withMCP("sec/killed", "after the crash")).verdict; v.Status != messages.StatusCompleted {
 		t.Errorf("round after the crash: %+v", v)
 	}
@@ -334,13 +324,16 @@ func TestSecretsNeverLeak(t *testing.T) {
 		ExitOnMethod: "turn/start",
 		ExitCode:     3,
 	}
-	exe, err := os.Executable()
+	// This test binary as the daemon's "codex" (TestMain runs the fake);
+	// its script goes through CodexEnv, as serve's --codex-env: the
+	// daemon's own environment never reaches a child.
+	launch, err := fakeappserver.Relaunch(fake, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fr := opsNewRig(t, nil, func(c *actors.Config) {
-		c.CodexBin = exe
-		c.CodexEnv = append(c.CodexEnv, fakeappserver.Env(fake))
+		c.CodexBin, c.CodexArgs = launch.Path, launch.Args
+		c.CodexEnv = append(c.CodexEnv, launch.Env...)
 		c.RestartBackoff = time.Millisecond
 	})
 	fc := opsNewCaller(t, fr.addr, nil)
@@ -463,7 +456,7 @@ func TestHostileUserIDs(t *testing.T) {
 	}
 	keys := []string{"../../../../escape", "/etc/passwd-escape", strings.Repeat("../", 300) + "escape"}
 	for _, key := range keys {
-		r.model.Enqueue(mockmodel.Text("ok"))
+		r.model.Enqueue(demomodel.Text("ok"))
 		if v := c.round(messages.StartRound{User: "hostile-bob", Thread: key, Text: "x"}).verdict; v.Status != messages.StatusCompleted {
 			t.Errorf("thread %.40q: %+v, want completed", key, v)
 		}
@@ -500,13 +493,13 @@ func TestHostileCrossUserThread(t *testing.T) {
 
 	c.send(messages.SetAPIKey{User: alice, APIKey: aliceKey})
 	c.awaitOther("APIKeyStored", opsWait, func(m any) bool { _, ok := m.(messages.APIKeyStored); return ok })
-	r.model.Enqueue(mockmodel.Text("alice's answer"))
+	r.model.Enqueue(demomodel.Text("alice's answer"))
 	a := c.round(messages.StartRound{User: alice, Thread: key, Text: "alice's private message"})
 	if a.verdict.Status != messages.StatusCompleted || !store.IsUUID(a.verdict.CodexThreadID) {
 		t.Fatalf("alice's round: %+v", a.verdict)
 	}
 
-	r.model.Enqueue(mockmodel.Text("mallory's answer"))
+	r.model.Enqueue(demomodel.Text("mallory's answer"))
 	m := c.round(messages.StartRound{User: mallory, Thread: key, Text: "mallory asks"})
 	v := m.verdict
 	if v.Status != messages.StatusCompleted || v.CodexThreadID == a.verdict.CodexThreadID || v.Resumed || v.FellBack {
@@ -560,7 +553,7 @@ func TestHostileCrossUserThread(t *testing.T) {
 	}
 
 	// Alice's running round: mallory can neither interrupt nor steer it.
-	r.model.Enqueue(mockmodel.Respond(mockmodel.Message("alice streaming ")).Hang())
+	r.model.Enqueue(demomodel.Respond(demomodel.Message("alice streaming ")).Hang())
 	id := c.start(messages.StartRound{User: alice, Thread: key, Text: "alice again"})
 	c.waitText(id)
 	isControlled := func(m any) bool { _, ok := m.(messages.RoundControlled); return ok }

@@ -20,10 +20,9 @@ import (
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/isolate"
-	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
@@ -218,12 +217,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var overrides []string
 	bin := o.op.codexBin
 	if o.op.demoModel { // The embedded demo model, for trying the CLI by hand.
-		model, err := mockmodel.Start(mockmodel.Options{Responder: demoResponder()})
+		model, err := demomodel.Start(demomodel.Options{Responder: demoResponder()})
 		if err != nil {
 			return err
 		}
 		defer model.Close()
-		overrides = codexhome.Overrides(model.URL())
+		overrides = demomodel.Overrides(model.URL())
 		log.Warn("serving on the embedded DEMO model: no real model answers", "model", model.URL())
 	}
 	// One daemon per homes: a second one would take the first one's

@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // --- a CA made in the test ---
@@ -161,7 +161,7 @@ func TestTLSMutualAuth(t *testing.T) {
 
 	// The valid caller: its certificate is signed by the CA; a round runs.
 	good := opsNewCaller(t, r.addr, tlsConfig(t, callerCert, callerKey, ca.pem))
-	r.model.Enqueue(mockmodel.Text("Hello", " over", " mutual", " TLS"))
+	r.model.Enqueue(demomodel.Text("Hello", " over", " mutual", " TLS"))
 	res := good.round(messages.StartRound{User: "tls-alice", Thread: "tls/thread", Text: "hello"})
 	if res.verdict.Status != messages.StatusCompleted || res.text() != "Hello over mutual TLS" {
 		t.Fatalf("the valid caller's round: %+v, text %q; want completed", res.verdict, res.text())
@@ -169,7 +169,7 @@ func TestTLSMutualAuth(t *testing.T) {
 
 	// The round command with the same flags serve takes.
 	tlsFlags := []string{"--tls-cert", callerCert, "--tls-key", callerKey, "--tls-ca", ca.pem}
-	r.model.Enqueue(mockmodel.Text("from", " the", " command"))
+	r.model.Enqueue(demomodel.Text("from", " the", " command"))
 	code, stdout, stderr := tlsRunCLI(t, append(append([]string{"round", "--addr", r.addr, "--user", "tls-alice",
 		"--thread", "tls/cli", "--timeout", opsRoundWait.String()}, tlsFlags...), "hello from the command")...)
 	if code != 0 || strings.TrimSpace(stdout) != "from the command" {
@@ -234,7 +234,7 @@ func TestTLSMutualAuth(t *testing.T) {
 	}
 
 	// The daemon is still fine, and saw nothing of the intruders.
-	r.model.Enqueue(mockmodel.Text("still", " here"))
+	r.model.Enqueue(demomodel.Text("still", " here"))
 	if res := good.round(messages.StartRound{User: "tls-alice", Thread: "tls/thread", Text: "still there?"}); res.verdict.Status != messages.StatusCompleted || !res.verdict.Resumed {
 		t.Errorf("the valid caller's second round: %+v; want completed on the resumed thread", res.verdict)
 	}

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // TestWireOutputSchemaRealCLI: a round's output schema reaches the model
@@ -14,7 +14,7 @@ import (
 // structured output, with the model that ran it.
 func TestWireOutputSchemaRealCLI(t *testing.T) {
 	e := newEnv(t, nil)
-	e.model.Enqueue(mockmodel.Text(`{"city":`, ` "Paris"}`))
+	e.model.Enqueue(demomodel.Text(`{"city":`, ` "Paris"}`))
 	r := e.round(messages.StartRound{User: "alice", Thread: "mesh/schema", Text: "which city?",
 		OutputSchema: `{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}`}).mustComplete(t)
 	if r.verdict.StructuredOutput != `{"city":"Paris"}` {
@@ -35,7 +35,7 @@ func TestWireOutputSchemaRealCLI(t *testing.T) {
 func TestWireThreadCommandsRealCLI(t *testing.T) {
 	e := newEnv(t, nil)
 	const user, key, forked = "alice", "mesh/original", "mesh/forked"
-	e.model.Enqueue(mockmodel.Text("first", " answer"))
+	e.model.Enqueue(demomodel.Text("first", " answer"))
 	v := e.round(messages.StartRound{User: user, Thread: key, Text: "first message"}).mustComplete(t).verdict
 
 	list := func() []messages.ThreadInfo {
@@ -64,7 +64,7 @@ func TestWireThreadCommandsRealCLI(t *testing.T) {
 	if ts := list(); !has(ts, forked, fork.CodexThreadID) || !has(ts, key, v.CodexThreadID) {
 		t.Fatalf("list after the fork = %+v", ts)
 	}
-	e.model.Enqueue(mockmodel.Text("forked answer"))
+	e.model.Enqueue(demomodel.Text("forked answer"))
 	fv := e.round(messages.StartRound{User: user, Thread: forked, Text: "second message"}).mustComplete(t).verdict
 	if !fv.Resumed || fv.CodexThreadID != fork.CodexThreadID {
 		t.Errorf("the fork's round = %+v, want %s resumed", fv, fork.CodexThreadID)
@@ -96,9 +96,9 @@ func TestWireThreadCommandsRealCLI(t *testing.T) {
 func TestWireCompactThreadRealCLI(t *testing.T) {
 	e := newEnv(t, nil)
 	const user, key = "alice", "mesh/compact"
-	e.model.Enqueue(mockmodel.Text("long", " answer"))
+	e.model.Enqueue(demomodel.Text("long", " answer"))
 	v := e.round(messages.StartRound{User: user, Thread: key, Text: "first message"}).mustComplete(t).verdict
-	e.model.Enqueue(mockmodel.Text("summary of the thread"))
+	e.model.Enqueue(demomodel.Text("summary of the thread"))
 	e.send(messages.CompactThread{User: user, Thread: key})
 	if c := e.awaitOther("thread compacted", func(m any) bool { _, ok := m.(messages.ThreadCompacted); return ok }).(messages.ThreadCompacted); !c.OK {
 		t.Fatalf("compact = %+v", c)
@@ -106,7 +106,7 @@ func TestWireCompactThreadRealCLI(t *testing.T) {
 	if n := len(e.model.Requests()); n != 2 {
 		t.Errorf("the model had %d requests after the compaction, want 2 (the round's, the compaction's)", n)
 	}
-	e.model.Enqueue(mockmodel.Text("after"))
+	e.model.Enqueue(demomodel.Text("after"))
 	if nv := e.round(messages.StartRound{User: user, Thread: key, Text: "next"}).mustComplete(t).verdict; nv.CodexThreadID != v.CodexThreadID {
 		t.Errorf("after the compaction: %+v, want thread %s", nv, v.CodexThreadID)
 	}

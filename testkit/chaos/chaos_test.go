@@ -13,10 +13,10 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // The defaults are the CI size: about a minute on 2 cores under -race.
@@ -267,7 +267,7 @@ func newHarness(t *testing.T, cfg config, extra ...string) *harness {
 	}
 	h.bin = supervisorBin(t)
 
-	model, err := mockmodel.Start(mockmodel.Options{Responder: h.respond})
+	model, err := demomodel.Start(demomodel.Options{Responder: h.respond})
 	if err != nil {
 		t.Fatal(err)
 	}

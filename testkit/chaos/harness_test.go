@@ -16,10 +16,10 @@ import (
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // Round kinds: what the mock model does in the round.
@@ -83,7 +83,7 @@ type harness struct {
 	marker  string // in every command the model asks for, to find leftovers
 	// commandFor, if set, replaces command.
 	commandFor func(id string) string
-	model      *mockmodel.Server
+	model      *demomodel.Server
 	args       []string // serve flags, the listen address first
 	addr       string
 
@@ -196,23 +196,23 @@ func (h *harness) command(id string) string {
 
 // respond is the mock model: answers stream slowly (kills land
 // mid-stream); approval rounds first ask for the command.
-func (h *harness) respond(req *mockmodel.Request) mockmodel.Script {
+func (h *harness) respond(req *demomodel.Request) demomodel.Script {
 	if req.IsCompaction() {
-		return mockmodel.Text("Summary: chaos rounds.")
+		return demomodel.Text("Summary: chaos rounds.")
 	}
 	kind, id := lastTag(req.LastUserText())
-	var sc mockmodel.Script
+	var sc demomodel.Script
 	isCall := false
 	switch kind {
 	case kindApprove, kindDecline:
 		if _, ok := req.ToolOutput(h.callID(id)); ok {
-			sc = mockmodel.Text(answerDeltas(id)...)
+			sc = demomodel.Text(answerDeltas(id)...)
 		} else {
-			sc = mockmodel.Respond(mockmodel.ExecCommand(h.callID(id), h.command(id)))
+			sc = demomodel.Respond(demomodel.ExecCommand(h.callID(id), h.command(id)))
 			isCall = true
 		}
 	default:
-		sc = mockmodel.Text(answerDeltas(id)...)
+		sc = demomodel.Text(answerDeltas(id)...)
 	}
 	sc = sc.WithDelay(h.cfg.delay)
 	now := time.Now()

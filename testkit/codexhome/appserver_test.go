@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/syncbuf"
 )
 
@@ -56,14 +56,14 @@ type appServer struct {
 
 // env is the per-test setup: a mock model and a CODEX_HOME that points at it.
 type env struct {
-	mock *mockmodel.Server
+	mock *demomodel.Server
 	home string
 	work string // an absolute, existing cwd for threads
 }
 
 func newEnv(t *testing.T, opts ...codexhome.Option) *env {
 	t.Helper()
-	mock, err := mockmodel.Start(mockmodel.Options{Logf: t.Logf})
+	mock, err := demomodel.Start(demomodel.Options{Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

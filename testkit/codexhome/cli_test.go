@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // These tests run the real codex CLI against the mock model. They fail, and
@@ -19,7 +19,7 @@ import (
 
 func TestRealCLITextTurn(t *testing.T) {
 	e := newEnv(t)
-	e.mock.Enqueue(mockmodel.Respond(mockmodel.Message("Hel", "lo ", "world", "!").WithID("msg-1")))
+	e.mock.Enqueue(demomodel.Respond(demomodel.Message("Hel", "lo ", "world", "!").WithID("msg-1")))
 	a := startAppServer(t, e)
 	a.handshake()
 	thread := a.startThread(e.work, "read-only")
@@ -48,7 +48,7 @@ func TestRealCLITextTurn(t *testing.T) {
 		t.Fatalf("model got %d requests, want 1", len(reqs))
 	}
 	r := reqs[0]
-	if r.Path != "/v1/responses" || r.Model != codexhome.Model || r.RequestKind() != mockmodel.KindTurn {
+	if r.Path != "/v1/responses" || r.Model != codexhome.Model || r.RequestKind() != demomodel.KindTurn {
 		t.Errorf("request %s model %q kind %q", r.Path, r.Model, r.RequestKind())
 	}
 	if got := r.LastUserText(); got != "say hello" {
@@ -69,8 +69,8 @@ func TestRealCLITextTurn(t *testing.T) {
 
 func TestRealCLIExecThenText(t *testing.T) {
 	e := newEnv(t)
-	call := mockmodel.ExecCommand("call-exec-1", "echo hi-from-$((6*7))")
-	e.mock.SetResponder(mockmodel.ToolThenText(call, "The ", "command ", "ran."))
+	call := demomodel.ExecCommand("call-exec-1", "echo hi-from-$((6*7))")
+	e.mock.SetResponder(demomodel.ToolThenText(call, "The ", "command ", "ran."))
 	a := startAppServer(t, e)
 	a.handshake()
 	thread := a.startThread(e.work, "read-only")
@@ -123,7 +123,7 @@ func TestRealCLIExecThenText(t *testing.T) {
 func TestRealCLIApplyPatch(t *testing.T) {
 	e := newEnv(t)
 	patch := "*** Begin Patch\n*** Add File: new.txt\n+brand new line\n*** End Patch"
-	e.mock.SetResponder(mockmodel.ToolThenText(mockmodel.ApplyPatch("call-p1", patch), "Patched."))
+	e.mock.SetResponder(demomodel.ToolThenText(demomodel.ApplyPatch("call-p1", patch), "Patched."))
 	a := startAppServer(t, e)
 	a.handshake()
 	thread := a.startThread(e.work, "workspace-write")
@@ -159,10 +159,10 @@ func TestRealCLIApplyPatch(t *testing.T) {
 
 func TestRealCLIReasoningAndDemo(t *testing.T) {
 	e := newEnv(t)
-	e.mock.Enqueue(mockmodel.Respond(
-		mockmodel.Reasoning("Think ", "hard").WithID("rs-1").WithRaw("raw ", "thoughts"),
-		mockmodel.Message("Done.").WithID("msg-r"),
-	).WithUsage(mockmodel.Usage{InputTokens: 150, CachedInputTokens: 100, OutputTokens: 7, ReasoningOutputTokens: 3}))
+	e.mock.Enqueue(demomodel.Respond(
+		demomodel.Reasoning("Think ", "hard").WithID("rs-1").WithRaw("raw ", "thoughts"),
+		demomodel.Message("Done.").WithID("msg-r"),
+	).WithUsage(demomodel.Usage{InputTokens: 150, CachedInputTokens: 100, OutputTokens: 7, ReasoningOutputTokens: 3}))
 	a := startAppServer(t, e)
 	a.handshake()
 	thread := a.startThread(e.work, "read-only")
@@ -186,7 +186,7 @@ func TestRealCLIReasoningAndDemo(t *testing.T) {
 
 	// The queue is empty now: DemoResponder answers.
 	msgs = a.runTurn(thread, "what is   the plan?")
-	want := mockmodel.DemoReply(&e.mock.Requests()[1])
+	want := demomodel.DemoReply(&e.mock.Requests()[1])
 	if got := strings.Join(deltas(t, msgs), ""); got != want || !strings.Contains(got, "You said: “what is the plan?”") {
 		t.Errorf("demo reply = %q, want %q", got, want)
 	}
@@ -208,20 +208,20 @@ func TestRealCLIErrors(t *testing.T) {
 	a.handshake()
 	tests := []struct {
 		name    string
-		script  mockmodel.Script
+		script  demomodel.Script
 		info    string // codexErrorInfo as JSON
 		message string // part of the error message
 	}{
-		{"http 500", mockmodel.InternalServerError(), `"internalServerError"`, "high demand"},
-		{"http 429 rate limit", mockmodel.RateLimited(), `{"responseTooManyFailedAttempts":{"httpStatusCode":429}}`, "429 Too Many Requests"},
-		{"http 429 quota", mockmodel.InsufficientQuota(), `"usageLimitExceeded"`, "Quota exceeded"},
-		{"http 401", mockmodel.Unauthorized(), `{"httpConnectionFailed":{"httpStatusCode":401}}`, "401 Unauthorized"},
-		{"http 400 context", mockmodel.ContextLengthExceeded(), `"contextWindowExceeded"`, "context window"},
-		{"failed context", mockmodel.Failed(mockmodel.CodeContextLengthExceeded, "too long"), `"contextWindowExceeded"`, "context window"},
-		{"failed quota", mockmodel.Failed(mockmodel.CodeInsufficientQuota, "no money"), `"usageLimitExceeded"`, "Quota exceeded"},
-		{"failed rate limit", mockmodel.Failed(mockmodel.CodeRateLimitExceeded, "Rate limit reached. Please try again in 0.2s."), `"rateLimitExceeded"`, "rate limit exceeded"},
-		{"cut stream", mockmodel.Text("partial").Cut(), `"other"`, "stream disconnected before completion"},
-		{"eof stream", mockmodel.Text("partial").EOF(), `"other"`, "stream closed before response.completed"},
+		{"http 500", demomodel.InternalServerError(), `"internalServerError"`, "high demand"},
+		{"http 429 rate limit", demomodel.RateLimited(), `{"responseTooManyFailedAttempts":{"httpStatusCode":429}}`, "429 Too Many Requests"},
+		{"http 429 quota", demomodel.InsufficientQuota(), `"usageLimitExceeded"`, "Quota exceeded"},
+		{"http 401", demomodel.Unauthorized(), `{"httpConnectionFailed":{"httpStatusCode":401}}`, "401 Unauthorized"},
+		{"http 400 context", demomodel.ContextLengthExceeded(), `"contextWindowExceeded"`, "context window"},
+		{"failed context", demomodel.Failed(demomodel.CodeContextLengthExceeded, "too long"), `"contextWindowExceeded"`, "context window"},
+		{"failed quota", demomodel.Failed(demomodel.CodeInsufficientQuota, "no money"), `"usageLimitExceeded"`, "Quota exceeded"},
+		{"failed rate limit", demomodel.Failed(demomodel.CodeRateLimitExceeded, "Rate limit reached. Please try again in 0.2s."), `"rateLimitExceeded"`, "rate limit exceeded"},
+		{"cut stream", demomodel.Text("partial").Cut(), `"other"`, "stream disconnected before completion"},
+		{"eof stream", demomodel.Text("partial").EOF(), `"other"`, "stream closed before response.completed"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -252,7 +252,7 @@ func TestRealCLIErrors(t *testing.T) {
 
 func TestRealCLIInterruptHangingStream(t *testing.T) {
 	e := newEnv(t)
-	e.mock.Enqueue(mockmodel.Text("still ", "typing").Hang())
+	e.mock.Enqueue(demomodel.Text("still ", "typing").Hang())
 	a := startAppServer(t, e)
 	a.handshake()
 	thread := a.startThread(e.work, "read-only")
@@ -296,7 +296,7 @@ func TestRealCLIInterruptHangingStream(t *testing.T) {
 func TestRealCLIOverridesOnly(t *testing.T) {
 	e := newEnv(t)
 	e.home = t.TempDir() // an empty home: the provider comes from -c alone
-	e.mock.Enqueue(mockmodel.Text("via ", "flags"))
+	e.mock.Enqueue(demomodel.Text("via ", "flags"))
 	a := startAppServer(t, e, codexhome.OverrideArgs(e.mock.URL())...)
 	a.handshake()
 	thread := a.startThread(e.work, "read-only")
@@ -316,7 +316,7 @@ func TestRealCLIOverridesOnly(t *testing.T) {
 func TestRealCLIAutoCompactionWithSmallContext(t *testing.T) {
 	e := newEnv(t, codexhome.WithSmallContext())
 	// Turn 1 reports more tokens than the auto-compaction limit.
-	e.mock.Enqueue(mockmodel.Text("big").WithUsage(mockmodel.Usage{InputTokens: 3500, OutputTokens: 100}))
+	e.mock.Enqueue(demomodel.Text("big").WithUsage(demomodel.Usage{InputTokens: 3500, OutputTokens: 100}))
 	a := startAppServer(t, e)
 	a.handshake()
 	thread := a.startThread(e.work, "read-only")

@@ -10,15 +10,17 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/isolate"
 )
 
-// Names the configuration gives the mock provider and its model.
+// Names the configuration gives the mock provider and its model: the demo
+// model's (package demomodel).
 const (
 	// ProviderID is the model_providers key of the mock provider.
-	ProviderID = "mock"
+	ProviderID = demomodel.ProviderID
 	// Model is the model slug codex asks the mock for.
-	Model = "mock-model"
+	Model = demomodel.Model
 )
 
 // Context sizes of the catalogs WriteConfig can write.
@@ -41,28 +43,10 @@ const CatalogFile = "mock-model-catalog.json"
 var catalogTemplate []byte
 
 // Overrides returns `key=value` pairs (values in TOML syntax) that select the
-// mock provider at modelBaseURL (e.g. mockmodel.Server.URL(), ending in /v1).
-// Pass each as `codex app-server -c <pair>`. WriteConfig writes the same
-// pairs into config.toml.
-func Overrides(modelBaseURL string) []string {
-	q := tomlString
-	p := "model_providers." + ProviderID + "."
-	return []string{
-		"model_provider=" + q(ProviderID),
-		"model=" + q(Model),
-		p + "name=" + q("Mock model"),
-		p + "base_url=" + q(modelBaseURL),
-		p + "wire_api=" + q("responses"),
-		p + "requires_openai_auth=false",
-		// Errors reach the client at once: no silent request retries and no
-		// "Reconnecting..." stream retries.
-		p + "request_max_retries=0",
-		p + "stream_max_retries=0",
-		// No network traffic besides the mock.
-		"check_for_update_on_startup=false",
-		"analytics.enabled=false",
-	}
-}
+// mock provider at modelBaseURL (e.g. demomodel.Server.URL(), ending in /v1):
+// demomodel.Overrides. Pass each as `codex app-server -c <pair>`.
+// WriteConfig writes the same pairs into config.toml.
+func Overrides(modelBaseURL string) []string { return demomodel.Overrides(modelBaseURL) }
 
 // OverrideArgs returns Overrides as command-line arguments:
 // "-c", pair, "-c", pair, ...

@@ -1,6 +1,6 @@
-// Package mcpserver is a loopback MCP server speaking the streamable HTTP
-// transport, made to be the mesh's MCP back-connection in tests of the real
-// codex CLI.
+// Package mcpecho is a loopback MCP server speaking the streamable HTTP
+// transport, whose tools echo: the MCP upstream of `supervisor bench`'s MCP
+// rows, and the mesh's MCP back-connection in tests of the real codex CLI.
 //
 // [Start] listens on 127.0.0.1 and serves the endpoint [Server.URL]
 // (".../mcp"): POST carries one JSON-RPC message (or a batch) and a request
@@ -21,4 +21,4 @@
 // "Authorization: Bearer <Token>" is refused with 401 (and still recorded).
 //
 // The package does not import "testing".
-package mcpserver
+package mcpecho

@@ -1,4 +1,4 @@
-package mockmodel_test
+package demomodel_test
 
 import (
 	"encoding/json"
@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/demomodel"
 )
 
 // requestWith builds a Request whose input holds the given items.
-func requestWith(t *testing.T, kind string, items ...any) *mockmodel.Request {
+func requestWith(t *testing.T, kind string, items ...any) *demomodel.Request {
 	t.Helper()
-	r := &mockmodel.Request{Header: http.Header{}}
+	r := &demomodel.Request{Header: http.Header{}}
 	if kind != "" {
-		r.Header.Set(mockmodel.TurnMetadataHeader, `{"request_kind":"`+kind+`"}`)
+		r.Header.Set(demomodel.TurnMetadataHeader, `{"request_kind":"`+kind+`"}`)
 	}
 	for _, it := range items {
 		b, err := json.Marshal(it)
@@ -35,7 +35,7 @@ func TestDemoReply(t *testing.T) {
 	long := strings.Repeat("word ", 100)
 	tests := []struct {
 		name string
-		req  *mockmodel.Request
+		req  *demomodel.Request
 		want []string
 	}{
 		{"echo", requestWith(t, "turn", user("<environment_context>"), user("  what   is\nGo? ")),
@@ -48,13 +48,13 @@ func TestDemoReply(t *testing.T) {
 		{"long input is shortened", requestWith(t, "turn", user(long)), []string{"word word …”"}},
 	}
 	for _, tc := range tests {
-		got := mockmodel.DemoReply(tc.req)
+		got := demomodel.DemoReply(tc.req)
 		for _, w := range tc.want {
 			if !strings.Contains(got, w) {
 				t.Errorf("%s: DemoReply = %q, want it to contain %q", tc.name, got, w)
 			}
 		}
-		sc := mockmodel.DemoResponder(tc.req)
+		sc := demomodel.DemoResponder(tc.req)
 		var deltas []string
 		for _, ev := range sc.Events {
 			if ev.Type == "response.output_text.delta" {
@@ -66,7 +66,7 @@ func TestDemoReply(t *testing.T) {
 		if strings.Join(deltas, "") != got || len(deltas) < 3 {
 			t.Errorf("%s: DemoResponder streams %q, want %q word by word", tc.name, deltas, got)
 		}
-		if mockmodel.DemoReply(tc.req) != got {
+		if demomodel.DemoReply(tc.req) != got {
 			t.Errorf("%s: DemoReply is not deterministic", tc.name)
 		}
 	}
@@ -74,8 +74,8 @@ func TestDemoReply(t *testing.T) {
 
 func TestToolThenText(t *testing.T) {
 	t.Parallel()
-	call := mockmodel.ExecCommand("call-9", "ls")
-	r := mockmodel.ToolThenText(call, "all ", "done")
+	call := demomodel.ExecCommand("call-9", "ls")
+	r := demomodel.ToolThenText(call, "all ", "done")
 	first := r(requestWith(t, "turn", user("list")))
 	if !strings.Contains(string(first.Events[1].Data), `"call_id":"call-9"`) {
 		t.Errorf("first answer = %s", first.Events[1].Data)
@@ -94,7 +94,7 @@ func toolOutput(callID, output string) map[string]any {
 
 // showcaseText is what a Script streams as message text, and how many
 // text deltas it has.
-func showcaseText(s mockmodel.Script) (string, int) {
+func showcaseText(s demomodel.Script) (string, int) {
 	var b strings.Builder
 	n := 0
 	for _, ev := range s.Events {
@@ -112,7 +112,7 @@ func showcaseText(s mockmodel.Script) (string, int) {
 }
 
 // hasEvent reports whether s has an event of type typ whose data holds sub.
-func hasEvent(s mockmodel.Script, typ, sub string) bool {
+func hasEvent(s demomodel.Script, typ, sub string) bool {
 	for _, ev := range s.Events {
 		if strings.Contains(string(ev.Data), `"type":"`+typ+`"`) && strings.Contains(string(ev.Data), sub) {
 			return true
@@ -127,28 +127,28 @@ func hasEvent(s mockmodel.Script, typ, sub string) bool {
 // streams its answers word by word with a delay.
 func TestShowcaseResponder(t *testing.T) {
 	env := user("<environment_context>cwd</environment_context>")
-	list := mockmodel.ShowcaseResponder(requestWith(t, "", env, user("Hello! What is in the workspace?")))
+	list := demomodel.ShowcaseResponder(requestWith(t, "", env, user("Hello! What is in the workspace?")))
 	if !hasEvent(list, "response.reasoning_summary_text.delta", "") || !hasEvent(list, "response.output_item.done", `ls -l`) {
 		t.Errorf("the listing round: no reasoning or no ls call")
 	}
 	if list.Delay <= 0 {
 		t.Errorf("no delay between deltas: nothing visible streams")
 	}
-	after := mockmodel.ShowcaseResponder(requestWith(t, "", env, user("Hello! What is in the workspace?"),
-		toolOutput(mockmodel.ShowcaseListCall, "Chunk ID: 1\nProcess exited with code 0\nOutput:\ntotal 4\n-rw------- 1 u u 66 Dec  3 06:36 SKILLS.md\n-rw------- 1 u u 1 Dec  3 06:36 b c.txt\n")))
+	after := demomodel.ShowcaseResponder(requestWith(t, "", env, user("Hello! What is in the workspace?"),
+		toolOutput(demomodel.ShowcaseListCall, "Chunk ID: 1\nProcess exited with code 0\nOutput:\ntotal 4\n-rw------- 1 u u 66 Dec  3 06:36 SKILLS.md\n-rw------- 1 u u 1 Dec  3 06:36 b c.txt\n")))
 	if text, n := showcaseText(after); !strings.Contains(text, "SKILLS.md and b c.txt") || n < 5 {
 		t.Errorf("after the listing: %q in %d deltas", text, n)
 	}
-	note := mockmodel.ShowcaseResponder(requestWith(t, "", env, user("Please save a note for me.")))
+	note := demomodel.ShowcaseResponder(requestWith(t, "", env, user("Please save a note for me.")))
 	if !hasEvent(note, "response.output_item.done", `require_escalated`) {
 		t.Error("the note's command does not ask to leave the sandbox")
 	}
-	back := mockmodel.ShowcaseResponder(requestWith(t, "", env, user("first thing"), user("second thing"), user("What did I ask you a moment ago?")))
+	back := demomodel.ShowcaseResponder(requestWith(t, "", env, user("first thing"), user("second thing"), user("What did I ask you a moment ago?")))
 	text, _ := showcaseText(back)
 	if !strings.Contains(text, "“first thing”, then “second thing”") || strings.Contains(text, "environment_context") || strings.Contains(text, "moment ago") {
 		t.Errorf("the look back: %q", text)
 	}
-	if text, _ := showcaseText(mockmodel.ShowcaseResponder(requestWith(t, "", env, user("What did I ask you a moment ago?")))); !strings.Contains(text, "first exchange") {
+	if text, _ := showcaseText(demomodel.ShowcaseResponder(requestWith(t, "", env, user("What did I ask you a moment ago?")))); !strings.Contains(text, "first exchange") {
 		t.Errorf("a look back on a fresh thread: %q", text)
 	}
 }

@@ -1,4 +1,4 @@
-package mockmodel
+package demomodel
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 )
 
 // ErrClosed is returned by WaitRequests once the Server is closed.
-var ErrClosed = errors.New("mockmodel: server closed")
+var ErrClosed = errors.New("demomodel: server closed")
 
 // DefaultMaxBodyBytes is the request body limit when Options.MaxBodyBytes is
 // 0. Larger bodies get 413.
@@ -58,7 +58,7 @@ type Server struct {
 func Start(opts Options) (*Server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("mockmodel: listening: %w", err)
+		return nil, fmt.Errorf("demomodel: listening: %w", err)
 	}
 	s := &Server{
 		url:       "http://" + ln.Addr().String() + "/v1",
@@ -233,7 +233,7 @@ func (s *Server) next() (Script, Responder, bool) {
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.enter() {
-		http.Error(w, "mockmodel: server closed", http.StatusServiceUnavailable)
+		http.Error(w, "demomodel: server closed", http.StatusServiceUnavailable)
 		return
 	}
 	defer s.handlers.Done()
@@ -271,7 +271,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// at once and the Responder sees its Seq.
 	s.record(req)
 	if req.Status != 0 {
-		s.logf("mockmodel: #%d %s %s -> %d", req.Seq, req.Method, req.Path, req.Status)
+		s.logf("demomodel: #%d %s %s -> %d", req.Seq, req.Method, req.Path, req.Status)
 		s.writeError(w, req, Script{})
 		return
 	}
@@ -283,7 +283,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	req.Status = status
 	s.mu.Unlock()
-	s.logf("mockmodel: #%d %s %s -> %d", req.Seq, req.Method, req.Path, status)
+	s.logf("demomodel: #%d %s %s -> %d", req.Seq, req.Method, req.Path, status)
 	if status != http.StatusOK {
 		s.writeError(w, req, sc)
 		return
@@ -303,9 +303,9 @@ func (s *Server) choose(req *Request) (sc Script) {
 	s.mu.Unlock()
 	defer func() {
 		if p := recover(); p != nil {
-			s.logf("mockmodel: responder panicked: %v", p)
+			s.logf("demomodel: responder panicked: %v", p)
 			sc = HTTPError(http.StatusInternalServerError, APIError{
-				Message: fmt.Sprintf("mockmodel: responder panicked: %v", p), Type: "server_error",
+				Message: fmt.Sprintf("demomodel: responder panicked: %v", p), Type: "server_error",
 			})
 		}
 	}()
@@ -320,10 +320,10 @@ func (s *Server) writeError(w http.ResponseWriter, req *Request, sc Script) {
 		status = req.Status
 		// The Server's own errors.
 		msg := map[int]string{
-			http.StatusNotFound:              "mockmodel: no such path " + req.Path,
-			http.StatusMethodNotAllowed:      "mockmodel: method not allowed",
-			http.StatusRequestEntityTooLarge: "mockmodel: request body too large",
-			http.StatusBadRequest:            "mockmodel: bad request body",
+			http.StatusNotFound:              "demomodel: no such path " + req.Path,
+			http.StatusMethodNotAllowed:      "demomodel: method not allowed",
+			http.StatusRequestEntityTooLarge: "demomodel: request body too large",
+			http.StatusBadRequest:            "demomodel: bad request body",
 		}[status]
 		if req.ParseError != nil {
 			msg += ": " + req.ParseError.Error()

@@ -1,4 +1,4 @@
-package mockmodel
+package demomodel
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package mcpserver
+package mcpecho
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 )
 
 // ErrClosed is returned by the Wait methods once the Server is closed.
-var ErrClosed = errors.New("mcpserver: server closed")
+var ErrClosed = errors.New("mcpecho: server closed")
 
 // ProtocolVersion is the MCP protocol version the server answers with when
 // the client asks for one it does not know.
@@ -28,10 +28,10 @@ const ProtocolVersion = "2025-06-18"
 var knownVersions = []string{"2024-11-05", "2025-03-26", "2025-06-18"}
 
 // ServerName is serverInfo.name in the initialize result.
-const ServerName = "meshweaver-test-mcp"
+const ServerName = "meshweaver-mcpecho"
 
 // Instructions is the initialize result's instructions text.
-const Instructions = "Test tools of the meshweaver mesh."
+const Instructions = "Echo tools of the meshweaver mesh."
 
 // maxBody bounds a request body.
 const maxBody = 4 << 20
@@ -112,7 +112,7 @@ type Server struct {
 func Start(opts Options) (*Server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("mcpserver: listening: %w", err)
+		return nil, fmt.Errorf("mcpecho: listening: %w", err)
 	}
 	s := &Server{
 		url:      "http://" + ln.Addr().String() + "/mcp",
@@ -234,7 +234,7 @@ func (s *Server) record(req *Request, status int) {
 		close(s.arrived)
 		s.arrived = make(chan struct{})
 	}
-	s.logf("mcpserver: #%d %s %s %v -> %d", req.Seq, req.Method, req.Path, req.RPCMethods, status)
+	s.logf("mcpecho: #%d %s %s %v -> %d", req.Seq, req.Method, req.Path, req.RPCMethods, status)
 }
 
 // message is one JSON-RPC message as received.
@@ -260,7 +260,7 @@ type reply struct {
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.enter() {
-		http.Error(w, "mcpserver: closed", http.StatusServiceUnavailable)
+		http.Error(w, "mcpecho: closed", http.StatusServiceUnavailable)
 		return
 	}
 	defer s.handlers.Done()
@@ -280,7 +280,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path != pathOf(s.url):
 		s.fail(w, req, http.StatusNotFound, "no such path")
 	case s.token != "" && !s.authorized(r):
-		w.Header().Set("WWW-Authenticate", `Bearer realm="mcpserver"`)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="mcpecho"`)
 		s.fail(w, req, http.StatusUnauthorized, "missing or wrong bearer token")
 	case r.Method == http.MethodGet:
 		// The server-to-client stream is optional; 405 says there is none.
@@ -311,7 +311,7 @@ func (s *Server) authorized(r *http.Request) bool {
 
 func (s *Server) fail(w http.ResponseWriter, req *Request, status int, msg string) {
 	s.record(req, status)
-	http.Error(w, "mcpserver: "+msg, status)
+	http.Error(w, "mcpecho: "+msg, status)
 }
 
 // post answers the JSON-RPC messages of one POST.
@@ -468,7 +468,7 @@ func writeJSON(w http.ResponseWriter, status int, header http.Header, v any) {
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		http.Error(w, "mcpserver: encoding the reply: "+err.Error(), http.StatusInternalServerError)
+		http.Error(w, "mcpecho: encoding the reply: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -1,4 +1,4 @@
-package mcpserver_test
+package mcpecho_test
 
 import (
 	"bytes"
@@ -13,19 +13,19 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/meshweaver/supervisor/testkit/mcpserver"
+	"github.com/meshweaver/supervisor/mcpecho"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func start(t *testing.T, opts mcpserver.Options) *mcpserver.Server {
+func start(t *testing.T, opts mcpecho.Options) *mcpecho.Server {
 	t.Helper()
 	if opts.Logf == nil {
 		opts.Logf = t.Logf
 	}
-	s, err := mcpserver.Start(opts)
+	s, err := mcpecho.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func do(t *testing.T, method, url, body string, header map[string]string) respon
 }
 
 func TestConversation(t *testing.T) {
-	s := start(t, mcpserver.Options{})
+	s := start(t, mcpecho.Options{})
 	if !strings.HasSuffix(s.URL(), "/mcp") || !strings.HasPrefix(s.URL(), "http://127.0.0.1:") {
 		t.Fatalf("URL = %s", s.URL())
 	}
@@ -173,15 +173,15 @@ func TestConversation(t *testing.T) {
 }
 
 func TestUnknownVersionGetsDefault(t *testing.T) {
-	s := start(t, mcpserver.Options{})
+	s := start(t, mcpecho.Options{})
 	r := do(t, "POST", s.URL(), `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"1999-01-01"}}`, nil)
-	if got := r.json(t)["result"].(map[string]any)["protocolVersion"]; got != mcpserver.ProtocolVersion {
-		t.Errorf("protocolVersion = %v, want %s", got, mcpserver.ProtocolVersion)
+	if got := r.json(t)["result"].(map[string]any)["protocolVersion"]; got != mcpecho.ProtocolVersion {
+		t.Errorf("protocolVersion = %v, want %s", got, mcpecho.ProtocolVersion)
 	}
 }
 
 func TestToken(t *testing.T) {
-	s := start(t, mcpserver.Options{Token: "s3cret"})
+	s := start(t, mcpecho.Options{Token: "s3cret"})
 	body := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
 	for _, h := range []map[string]string{nil, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}} {
 		if r := do(t, "POST", s.URL(), body, h); r.status != http.StatusUnauthorized || r.header.Get("WWW-Authenticate") == "" {
@@ -198,7 +198,7 @@ func TestToken(t *testing.T) {
 }
 
 func TestAnnotations(t *testing.T) {
-	s := start(t, mcpserver.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}})
+	s := start(t, mcpecho.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}})
 	r := do(t, "POST", s.URL(), `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, nil)
 	tools := r.json(t)["result"].(map[string]any)["tools"].([]any)
 	if a := tools[0].(map[string]any)["annotations"]; a == nil || a.(map[string]any)["readOnlyHint"] != true {
@@ -210,7 +210,7 @@ func TestAnnotations(t *testing.T) {
 }
 
 func TestBatchAndErrors(t *testing.T) {
-	s := start(t, mcpserver.Options{})
+	s := start(t, mcpecho.Options{})
 	r := do(t, "POST", s.URL(), `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/x"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]`, nil)
 	var replies []map[string]any
 	if err := json.Unmarshal(r.body, &replies); err != nil || len(replies) != 2 || replies[0]["id"] != float64(1) || replies[1]["id"] != float64(2) {
@@ -232,8 +232,8 @@ func TestBatchAndErrors(t *testing.T) {
 }
 
 func TestWaitAndClose(t *testing.T) {
-	s := start(t, mcpserver.Options{})
-	done := make(chan []mcpserver.Request, 1)
+	s := start(t, mcpecho.Options{})
+	done := make(chan []mcpecho.Request, 1)
 	go func() {
 		rs, _ := s.WaitRequests(context.Background(), 2)
 		done <- rs
@@ -255,7 +255,7 @@ func TestWaitAndClose(t *testing.T) {
 	}
 	s.Close()
 	s.Close()
-	if _, err := s.WaitRequests(context.Background(), 3); !errors.Is(err, mcpserver.ErrClosed) {
+	if _, err := s.WaitRequests(context.Background(), 3); !errors.Is(err, mcpecho.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
 }

@@ -1,4 +1,4 @@
-package mockmodel_test
+package demomodel_test
 
 import (
 	"bytes"
@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/demomodel"
 )
 
 func TestURL(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, mockmodel.Options{})
+	s := startServer(t, demomodel.Options{})
 	if u := s.URL(); !strings.HasPrefix(u, "http://127.0.0.1:") || !strings.HasSuffix(u, "/v1") {
 		t.Errorf("URL = %q", u)
 	}
@@ -25,8 +25,8 @@ func TestURL(t *testing.T) {
 
 func TestCutStreamGivesReadError(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, mockmodel.Options{})
-	s.Enqueue(mockmodel.Text("partial ", "answer").Cut())
+	s := startServer(t, demomodel.Options{})
+	s.Enqueue(demomodel.Text("partial ", "answer").Cut())
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	resp := post(t, ctx, s, userBody("x"), nil)
@@ -41,8 +41,8 @@ func TestCutStreamGivesReadError(t *testing.T) {
 
 func TestEOFStreamEndsCleanly(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, mockmodel.Options{})
-	s.Enqueue(mockmodel.Text("partial").EOF())
+	s := startServer(t, demomodel.Options{})
+	s.Enqueue(demomodel.Text("partial").EOF())
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	resp := post(t, ctx, s, userBody("x"), nil)
@@ -71,11 +71,11 @@ func readFirstEvent(t *testing.T, r io.Reader) string {
 
 func TestSlowStreamEndsOnClose(t *testing.T) {
 	t.Parallel()
-	s, err := mockmodel.Start(mockmodel.Options{Logf: t.Logf})
+	s, err := demomodel.Start(demomodel.Options{Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Enqueue(mockmodel.Text(mockmodel.Words("a very slow answer that never finishes")...).WithDelay(time.Hour))
+	s.Enqueue(demomodel.Text(demomodel.Words("a very slow answer that never finishes")...).WithDelay(time.Hour))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	resp := post(t, ctx, s, userBody("x"), nil)
@@ -108,8 +108,8 @@ func TestSlowStreamEndsOnClose(t *testing.T) {
 
 func TestSlowStreamDelivers(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, mockmodel.Options{})
-	s.Enqueue(mockmodel.Text("a", "b").WithDelay(time.Millisecond))
+	s := startServer(t, demomodel.Options{})
+	s.Enqueue(demomodel.Text("a", "b").WithDelay(time.Millisecond))
 	if got := types(stream(t, s)); got != "created output_item.added output_text.delta output_text.delta output_item.done completed" {
 		t.Errorf("events = %s", got)
 	}
@@ -117,8 +117,8 @@ func TestSlowStreamDelivers(t *testing.T) {
 
 func TestHangingStreamEndsWhenClientLeaves(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, mockmodel.Options{})
-	s.Enqueue(mockmodel.Text("thinking").Hang(), mockmodel.Text("next"))
+	s := startServer(t, demomodel.Options{})
+	s.Enqueue(demomodel.Text("thinking").Hang(), demomodel.Text("next"))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	reqCtx, leave := context.WithCancel(ctx)
@@ -138,11 +138,11 @@ func TestHangingStreamEndsWhenClientLeaves(t *testing.T) {
 
 func TestHangingStreamEndsOnClose(t *testing.T) {
 	t.Parallel()
-	s, err := mockmodel.Start(mockmodel.Options{Logf: t.Logf})
+	s, err := demomodel.Start(demomodel.Options{Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Enqueue(mockmodel.Text("thinking").Hang())
+	s.Enqueue(demomodel.Text("thinking").Hang())
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	resp := post(t, ctx, s, userBody("x"), nil)
@@ -165,7 +165,7 @@ func TestHangingStreamEndsOnClose(t *testing.T) {
 
 func TestRecordsRequests(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, mockmodel.Options{})
+	s := startServer(t, demomodel.Options{})
 	body, _ := json.Marshal(map[string]any{
 		"model": "mock-model",
 		"input": []any{
@@ -235,7 +235,7 @@ func TestRecordsRequests(t *testing.T) {
 	if r.LastInputType() != "function_call_output" || !strings.Contains(string(r.LastInput()), `"m1"`) {
 		t.Errorf("LastInput = %s", r.LastInput())
 	}
-	if r.RequestKind() != mockmodel.KindCompaction || !r.IsCompaction() {
+	if r.RequestKind() != demomodel.KindCompaction || !r.IsCompaction() {
 		t.Errorf("RequestKind = %q", r.RequestKind())
 	}
 	if m := r.TurnMetadata(); m.ThreadID != "th" || m.TurnID != "tu" || m.SessionID != "s" {
@@ -261,15 +261,15 @@ func TestRecordsRequests(t *testing.T) {
 
 func TestRequestKindTurnAndMissing(t *testing.T) {
 	t.Parallel()
-	r := mockmodel.Request{Header: http.Header{}}
+	r := demomodel.Request{Header: http.Header{}}
 	if r.RequestKind() != "" || r.LastUserText() != "" || r.LastInput() != nil || len(r.FunctionCallOutputs()) != 0 {
 		t.Errorf("empty request helpers not empty")
 	}
-	r.Header.Set(mockmodel.TurnMetadataHeader, `{"request_kind":"turn"}`)
-	if r.RequestKind() != mockmodel.KindTurn {
+	r.Header.Set(demomodel.TurnMetadataHeader, `{"request_kind":"turn"}`)
+	if r.RequestKind() != demomodel.KindTurn {
 		t.Errorf("RequestKind = %q", r.RequestKind())
 	}
-	r.Header.Set(mockmodel.TurnMetadataHeader, `not json`)
+	r.Header.Set(demomodel.TurnMetadataHeader, `not json`)
 	if r.RequestKind() != "" {
 		t.Errorf("RequestKind of bad header = %q", r.RequestKind())
 	}
@@ -277,7 +277,7 @@ func TestRequestKindTurnAndMissing(t *testing.T) {
 
 func TestWaitRequests(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, mockmodel.Options{})
+	s := startServer(t, demomodel.Options{})
 
 	t.Run("deadline", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -291,7 +291,7 @@ func TestWaitRequests(t *testing.T) {
 	t.Run("woken by arrivals", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		got := make(chan []mockmodel.Request, 1)
+		got := make(chan []demomodel.Request, 1)
 		errc := make(chan error, 1)
 		go func() {
 			reqs, err := s.WaitRequests(ctx, 3)
@@ -329,7 +329,7 @@ func TestWaitRequests(t *testing.T) {
 
 func TestWaitRequestsAfterClose(t *testing.T) {
 	t.Parallel()
-	s, err := mockmodel.Start(mockmodel.Options{})
+	s, err := demomodel.Start(demomodel.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestWaitRequestsAfterClose(t *testing.T) {
 		errc <- err
 	}()
 	s.Close()
-	if err := <-errc; !errors.Is(err, mockmodel.ErrClosed) {
+	if err := <-errc; !errors.Is(err, demomodel.ErrClosed) {
 		t.Errorf("WaitRequests after Close = %v, want ErrClosed", err)
 	}
 	if reqs, err := s.WaitRequests(ctx, 0); err != nil || len(reqs) != 0 {
@@ -351,10 +351,10 @@ func TestWaitRequestsAfterClose(t *testing.T) {
 
 func TestQueueThenResponder(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, mockmodel.Options{
-		Responder: func(r *mockmodel.Request) mockmodel.Script { return mockmodel.Text("responder:" + r.LastUserText()) },
+	s := startServer(t, demomodel.Options{
+		Responder: func(r *demomodel.Request) demomodel.Script { return demomodel.Text("responder:" + r.LastUserText()) },
 	})
-	s.Enqueue(mockmodel.Text("first"), mockmodel.Text("second"))
+	s.Enqueue(demomodel.Text("first"), demomodel.Text("second"))
 	if s.Pending() != 2 {
 		t.Errorf("Pending = %d", s.Pending())
 	}
@@ -372,7 +372,7 @@ func TestQueueThenResponder(t *testing.T) {
 			t.Errorf("text = %q, want %q", got, want)
 		}
 	}
-	s.SetResponder(func(*mockmodel.Request) mockmodel.Script { return mockmodel.Text("swapped") })
+	s.SetResponder(func(*demomodel.Request) demomodel.Script { return demomodel.Text("swapped") })
 	if got := textOf(stream(t, s)); got != "swapped" {
 		t.Errorf("after SetResponder: %q", got)
 	}
@@ -384,9 +384,9 @@ func TestQueueThenResponder(t *testing.T) {
 
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, mockmodel.Options{
+	s := startServer(t, demomodel.Options{
 		MaxBodyBytes: 1024,
-		Responder: func(*mockmodel.Request) mockmodel.Script {
+		Responder: func(*demomodel.Request) demomodel.Script {
 			panic("responder bug")
 		},
 	})
@@ -426,7 +426,7 @@ func TestBadRequests(t *testing.T) {
 					Message string `json:"message"`
 				} `json:"error"`
 			}
-			if err := json.Unmarshal(body, &v); err != nil || !strings.Contains(v.Error.Message, "mockmodel") {
+			if err := json.Unmarshal(body, &v); err != nil || !strings.Contains(v.Error.Message, "demomodel") {
 				t.Errorf("body = %s (%v)", body, err)
 			}
 		})
@@ -450,7 +450,7 @@ func TestBadRequests(t *testing.T) {
 
 func TestRequestAfterCloseIsRefused(t *testing.T) {
 	t.Parallel()
-	s, err := mockmodel.Start(mockmodel.Options{})
+	s, err := demomodel.Start(demomodel.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,10 +469,10 @@ func TestRequestRecordedBeforeResponderAnswers(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	seen := make(chan int, 1)
-	s := startServer(t, mockmodel.Options{Responder: func(r *mockmodel.Request) mockmodel.Script {
+	s := startServer(t, demomodel.Options{Responder: func(r *demomodel.Request) demomodel.Script {
 		seen <- r.Seq
 		<-release
-		return mockmodel.Text("late")
+		return demomodel.Text("late")
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()

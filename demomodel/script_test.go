@@ -1,4 +1,4 @@
-package mockmodel_test
+package demomodel_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/demomodel"
 )
 
 func TestScriptStreams(t *testing.T) {
@@ -15,12 +15,12 @@ func TestScriptStreams(t *testing.T) {
 	patch := "*** Begin Patch\n*** Add File: new.txt\n+x\n*** End Patch"
 	tests := []struct {
 		name   string
-		script mockmodel.Script
+		script demomodel.Script
 		types  string
 		check  func(t *testing.T, evs []sseEvent)
 	}{{
 		name:   "text",
-		script: mockmodel.RespondID("resp-1", mockmodel.Message("Hel", "lo").WithID("msg-1").WithPhase("final_answer")),
+		script: demomodel.RespondID("resp-1", demomodel.Message("Hel", "lo").WithID("msg-1").WithPhase("final_answer")),
 		types:  "created output_item.added output_text.delta output_text.delta output_item.done completed",
 		check: func(t *testing.T, evs []sseEvent) {
 			if got := field(evs[0].Data, "response", "id"); got != "resp-1" {
@@ -53,7 +53,7 @@ func TestScriptStreams(t *testing.T) {
 		},
 	}, {
 		name:   "message without id gets one",
-		script: mockmodel.Text("a"),
+		script: demomodel.Text("a"),
 		types:  "created output_item.added output_text.delta output_item.done completed",
 		check: func(t *testing.T, evs []sseEvent) {
 			id, _ := field(evs[1].Data, "item", "id").(string)
@@ -63,9 +63,9 @@ func TestScriptStreams(t *testing.T) {
 		},
 	}, {
 		name: "reasoning",
-		script: mockmodel.Respond(
-			mockmodel.Reasoning("Think ", "hard").WithID("rs-1").WithSummaryPart("Part ", "two").WithRaw("raw ", "text"),
-			mockmodel.Message("ok"),
+		script: demomodel.Respond(
+			demomodel.Reasoning("Think ", "hard").WithID("rs-1").WithSummaryPart("Part ", "two").WithRaw("raw ", "text"),
+			demomodel.Message("ok"),
 		),
 		types: "created output_item.added " +
 			"reasoning_summary_part.added reasoning_summary_text.delta reasoning_summary_text.delta reasoning_summary_text.done " +
@@ -93,7 +93,7 @@ func TestScriptStreams(t *testing.T) {
 		},
 	}, {
 		name:   "exec_command",
-		script: mockmodel.Respond(mockmodel.ExecCommand("call-1", "echo hi").WithID("fc-1")),
+		script: demomodel.Respond(demomodel.ExecCommand("call-1", "echo hi").WithID("fc-1")),
 		types:  "created output_item.added function_call_arguments.delta output_item.done completed",
 		check: func(t *testing.T, evs []sseEvent) {
 			item := field(evs[3].Data, "item")
@@ -114,7 +114,7 @@ func TestScriptStreams(t *testing.T) {
 		},
 	}, {
 		name:   "mcp call",
-		script: mockmodel.Respond(mockmodel.MCPCall("call-2", "meshweaver", "echo", `{"text":"hi"}`)),
+		script: demomodel.Respond(demomodel.MCPCall("call-2", "meshweaver", "echo", `{"text":"hi"}`)),
 		types:  "created output_item.added function_call_arguments.delta output_item.done completed",
 		check: func(t *testing.T, evs []sseEvent) {
 			item := field(evs[3].Data, "item")
@@ -125,7 +125,7 @@ func TestScriptStreams(t *testing.T) {
 		},
 	}, {
 		name:   "apply_patch",
-		script: mockmodel.Respond(mockmodel.ApplyPatch("call-p1", patch)),
+		script: demomodel.Respond(demomodel.ApplyPatch("call-p1", patch)),
 		types:  "created output_item.added custom_tool_call_input.delta output_item.done completed",
 		check: func(t *testing.T, evs []sseEvent) {
 			item := field(evs[3].Data, "item")
@@ -139,7 +139,7 @@ func TestScriptStreams(t *testing.T) {
 		},
 	}, {
 		name: "usage",
-		script: mockmodel.Text("x").WithUsage(mockmodel.Usage{
+		script: demomodel.Text("x").WithUsage(demomodel.Usage{
 			InputTokens: 150, CachedInputTokens: 100, OutputTokens: 7, ReasoningOutputTokens: 3,
 		}),
 		types: "created output_item.added output_text.delta output_item.done completed",
@@ -153,7 +153,7 @@ func TestScriptStreams(t *testing.T) {
 		},
 	}, {
 		name:   "no usage",
-		script: mockmodel.Text("x").WithoutUsage(),
+		script: demomodel.Text("x").WithoutUsage(),
 		types:  "created output_item.added output_text.delta output_item.done completed",
 		check: func(t *testing.T, evs []sseEvent) {
 			if u := field(evs[4].Data, "response", "usage"); u != nil {
@@ -162,7 +162,7 @@ func TestScriptStreams(t *testing.T) {
 		},
 	}, {
 		name:   "response.failed",
-		script: mockmodel.Failed(mockmodel.CodeContextLengthExceeded, "too long"),
+		script: demomodel.Failed(demomodel.CodeContextLengthExceeded, "too long"),
 		types:  "created failed",
 		check: func(t *testing.T, evs []sseEvent) {
 			if field(evs[1].Data, "response", "error", "code") != "context_length_exceeded" ||
@@ -172,11 +172,11 @@ func TestScriptStreams(t *testing.T) {
 		},
 	}, {
 		name:   "EOF drops completed",
-		script: mockmodel.Text("partial").EOF(),
+		script: demomodel.Text("partial").EOF(),
 		types:  "created output_item.added output_text.delta output_item.done",
 	}, {
 		name: "raw item",
-		script: mockmodel.Respond(mockmodel.RawItem(mockmodel.NewEvent("response.custom", map[string]any{"x": 1}))).
+		script: demomodel.Respond(demomodel.RawItem(demomodel.NewEvent("response.custom", map[string]any{"x": 1}))).
 			WithHeader("X-Test", "yes"),
 		types: "created custom completed",
 		check: func(t *testing.T, evs []sseEvent) {
@@ -188,7 +188,7 @@ func TestScriptStreams(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := startServer(t, mockmodel.Options{})
+			s := startServer(t, demomodel.Options{})
 			s.Enqueue(tc.script)
 			evs := stream(t, s)
 			if got := types(evs); got != tc.types {
@@ -205,20 +205,20 @@ func TestScriptHTTPErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
-		script   mockmodel.Script
+		script   demomodel.Script
 		status   int
 		code     string
 		errType  string
 		contains string
 	}{
-		{"500", mockmodel.InternalServerError(), 500, "server_error", "server_error", "server had an error"},
-		{"429 rate limit", mockmodel.RateLimited(), 429, "rate_limit_exceeded", "requests", "Rate limit"},
-		{"429 quota", mockmodel.InsufficientQuota(), 429, "insufficient_quota", "insufficient_quota", "quota"},
-		{"401", mockmodel.Unauthorized(), 401, "invalid_api_key", "invalid_request_error", "API key"},
-		{"400 context", mockmodel.ContextLengthExceeded(), 400, "context_length_exceeded", "invalid_request_error", "context window"},
-		{"custom", mockmodel.HTTPError(403, mockmodel.APIError{Message: "nope", Type: "forbidden"}), 403, "", "forbidden", "nope"},
+		{"500", demomodel.InternalServerError(), 500, "server_error", "server_error", "server had an error"},
+		{"429 rate limit", demomodel.RateLimited(), 429, "rate_limit_exceeded", "requests", "Rate limit"},
+		{"429 quota", demomodel.InsufficientQuota(), 429, "insufficient_quota", "insufficient_quota", "quota"},
+		{"401", demomodel.Unauthorized(), 401, "invalid_api_key", "invalid_request_error", "API key"},
+		{"400 context", demomodel.ContextLengthExceeded(), 400, "context_length_exceeded", "invalid_request_error", "context window"},
+		{"custom", demomodel.HTTPError(403, demomodel.APIError{Message: "nope", Type: "forbidden"}), 403, "", "forbidden", "nope"},
 	}
-	s := startServer(t, mockmodel.Options{})
+	s := startServer(t, demomodel.Options{})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s.Enqueue(tc.script.WithHeader("Retry-After", "1"))
@@ -276,7 +276,7 @@ func TestWords(t *testing.T) {
 		{"line\nbreak", []string{"line\n", "break"}},
 	}
 	for _, tc := range tests {
-		got := mockmodel.Words(tc.in)
+		got := demomodel.Words(tc.in)
 		if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
 			t.Errorf("Words(%q) = %q, want %q", tc.in, got, tc.want)
 		}
@@ -288,8 +288,8 @@ func TestWords(t *testing.T) {
 
 func TestScriptValueSemantics(t *testing.T) {
 	t.Parallel()
-	base := mockmodel.Text("a")
-	_ = base.WithUsage(mockmodel.Usage{InputTokens: 1}).Cut()
+	base := demomodel.Text("a")
+	_ = base.WithUsage(demomodel.Usage{InputTokens: 1}).Cut()
 	_ = base.WithHeader("X", "1")
 	if base.CutStream || base.Header != nil || len(base.Events) != 5 {
 		t.Fatalf("base script changed: %+v", base)
@@ -297,19 +297,19 @@ func TestScriptValueSemantics(t *testing.T) {
 	if got := compactJSON(t, base.Events[4].Data); !strings.Contains(got, `"input_tokens":100`) {
 		t.Errorf("base usage changed: %s", got)
 	}
-	if got := mockmodel.ExecCommand("c", "x").CallID(); got != "c" {
+	if got := demomodel.ExecCommand("c", "x").CallID(); got != "c" {
 		t.Errorf("CallID = %q", got)
 	}
-	if s := mockmodel.Text("a").Hang(); !s.HangStream || len(s.Events) != 4 {
+	if s := demomodel.Text("a").Hang(); !s.HangStream || len(s.Events) != 4 {
 		t.Errorf("Hang = %+v", s)
 	}
-	if s := mockmodel.Text("a").Cut(); !s.CutStream || len(s.Events) != 4 {
+	if s := demomodel.Text("a").Cut(); !s.CutStream || len(s.Events) != 4 {
 		t.Errorf("Cut = %+v", s)
 	}
-	if s := mockmodel.Text("a").WithDelay(5); s.Delay != 5 {
+	if s := demomodel.Text("a").WithDelay(5); s.Delay != 5 {
 		t.Errorf("WithDelay = %+v", s)
 	}
-	if ev := mockmodel.NewEvent("t", nil); compactJSON(t, ev.Data) != `{"type":"t"}` {
+	if ev := demomodel.NewEvent("t", nil); compactJSON(t, ev.Data) != `{"type":"t"}` {
 		t.Errorf("NewEvent(nil) = %s", ev.Data)
 	}
 }

@@ -1,11 +1,11 @@
-package mockmodel_test
+package demomodel_test
 
 import (
 	"encoding/json"
 	"net/http"
 	"testing"
 
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/demomodel"
 )
 
 // FuzzRequestHelpers checks that the Request helpers and DemoResponder never
@@ -18,8 +18,8 @@ func FuzzRequestHelpers(f *testing.F) {
 	f.Add([]byte(`null`), ``)
 	f.Add([]byte(`{"name":null,"type":{}}`), `{`)
 	f.Fuzz(func(t *testing.T, item []byte, metadata string) {
-		r := &mockmodel.Request{Header: http.Header{}}
-		r.Header.Set(mockmodel.TurnMetadataHeader, metadata)
+		r := &demomodel.Request{Header: http.Header{}}
+		r.Header.Set(demomodel.TurnMetadataHeader, metadata)
 		if json.Valid(item) {
 			r.Input = []json.RawMessage{item, item}
 			r.Tools = []json.RawMessage{item}
@@ -32,7 +32,7 @@ func FuzzRequestHelpers(f *testing.F) {
 		_ = r.HasTool("x")
 		_ = r.RequestKind()
 		_ = r.TurnMetadata()
-		sc := mockmodel.DemoResponder(r)
+		sc := demomodel.DemoResponder(r)
 		if len(sc.Events) == 0 {
 			t.Fatal("DemoResponder gave no events")
 		}

@@ -1,4 +1,4 @@
-package mockmodel_test
+package demomodel_test
 
 import (
 	"bufio"
@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
+	"github.com/meshweaver/supervisor/demomodel"
 )
 
 func TestMain(m *testing.M) {
@@ -24,12 +24,12 @@ func TestMain(m *testing.M) {
 const testTimeout = 10 * time.Second
 
 // startServer starts a Server that is closed when the test ends.
-func startServer(t *testing.T, opts mockmodel.Options) *mockmodel.Server {
+func startServer(t *testing.T, opts demomodel.Options) *demomodel.Server {
 	t.Helper()
 	if opts.Logf == nil {
 		opts.Logf = t.Logf
 	}
-	s, err := mockmodel.Start(opts)
+	s, err := demomodel.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func parseSSE(t *testing.T, r io.Reader) ([]sseEvent, error) {
 }
 
 // post sends a Responses request with the body and returns the response.
-func post(t *testing.T, ctx context.Context, s *mockmodel.Server, body string, hdr map[string]string) *http.Response {
+func post(t *testing.T, ctx context.Context, s *demomodel.Server, body string, hdr map[string]string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/responses", strings.NewReader(body))
 	if err != nil {
@@ -110,7 +110,7 @@ func post(t *testing.T, ctx context.Context, s *mockmodel.Server, body string, h
 
 // stream posts a trivial request and parses the SSE answer, which must be
 // complete.
-func stream(t *testing.T, s *mockmodel.Server) []sseEvent {
+func stream(t *testing.T, s *demomodel.Server) []sseEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
