@@ -18,7 +18,6 @@ import (
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/procs"
-	"github.com/meshweaver/supervisor/store"
 )
 
 // crashed counts an unexpected death; past the limit the user cools down.
@@ -65,6 +64,7 @@ func (a *appServerActor) launch() {
 		Logger:    a.log,
 		Redactor:  a.redact,
 		StopGrace: a.cfg.StopGrace,
+		Record:    a.record,
 		Conn: codexrpc.Options{
 			Logger: a.log,
 			OnNotifications: func(ns []*codexrpc.Notification) {
@@ -91,7 +91,6 @@ func (a *appServerActor) launch() {
 			},
 		},
 	}
-	record := ProcRecordPath(a.home)
 	// The stored API key is redacted from everything the process says,
 	// before it can say anything.
 	if key, ok, err := a.creds.APIKey(); err == nil && ok {
@@ -101,7 +100,7 @@ func (a *appServerActor) launch() {
 	go func() {
 		defer a.wg.Done()
 		// A process a killed daemon left behind for this home goes first.
-		if reaped, err := procs.ReapRecord(record, a.cfg.StopGrace); err != nil {
+		if reaped, err := procs.ReapRecord(a.record.Path, a.cfg.StopGrace); err != nil {
 			a.log.Warn("reaping a leftover app-server", "err", err)
 		} else if reaped {
 			a.log.Warn("ended an app-server a previous daemon left running")
@@ -127,17 +126,13 @@ func (a *appServerActor) launch() {
 				cfg.Dir = "/" // bubblewrap changes into the workspace itself
 			}
 		}
-		// The pid record names the program the pid ends up as: the
-		// sandbox's, or the CLI's; not the cgroup join's shell.
-		exe := cfg.Binary
-		if len(cfg.Wrapper) > 0 {
-			exe = cfg.Wrapper[0] // the pid is bubblewrap's
-		}
 		group, leaf, err := a.contain(&cfg, gen)
 		if err != nil {
 			engine.Send(self, codexStartFailed{gen: gen, err: fmt.Errorf("starting codex: %w", err)})
 			return
 		}
+		// Start writes the pid record once the process runs; its exit
+		// removes it (cfg.Record).
 		p, err := codexproc.Start(cfg)
 		if err != nil {
 			a.emptyLeaf(leaf)
@@ -154,15 +149,7 @@ func (a *appServerActor) launch() {
 		a.live[p] = struct{}{}
 		a.wg.Add(1)
 		a.mu.Unlock()
-		go a.watch(gen, p, record, leaf)
-		if st, err := procs.StartTime(p.PID()); err == nil {
-			a.recMu.Lock()
-			err := store.WriteProcRecord(record, a.procRecord(p.PID(), st, exe))
-			a.recMu.Unlock()
-			if err != nil {
-				a.log.Warn("recording the app-server's pid", "err", err)
-			}
-		}
+		go a.watch(gen, p, leaf)
 
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.CallTimeout)
 		defer cancel()
@@ -239,8 +226,9 @@ func (a *appServerActor) emptyLeaf(leaf *contain.Group) {
 }
 
 // watch reports the process's end once its output is drained, so the error
-// carries the exit status and the stderr tail, and drops its pid record.
-func (a *appServerActor) watch(gen uint64, p appProcess, record string, leaf *contain.Group) {
+// carries the exit status and the stderr tail. (The process removed its
+// pid record at its exit.)
+func (a *appServerActor) watch(gen uint64, p appProcess, leaf *contain.Group) {
 	defer a.wg.Done()
 	<-p.Exited()
 	<-p.Conn().Done()
@@ -250,13 +238,6 @@ func (a *appServerActor) watch(gen uint64, p appProcess, record string, leaf *co
 	a.mu.Lock()
 	delete(a.live, p)
 	a.mu.Unlock()
-	// Under recMu: a newer process's record, written meanwhile by its
-	// start, is never the one removed.
-	a.recMu.Lock()
-	if rec, err := store.ReadProcRecord(record); err == nil && rec.PID == p.PID() {
-		_ = os.Remove(record)
-	}
-	a.recMu.Unlock()
 	a.engine.Send(a.self, codexExited{gen: gen, err: p.Conn().Err()})
 }
 
@@ -475,17 +456,4 @@ func (a *appServerActor) shutdown() {
 	a.failQueue(codexrpc.ErrClosed)
 	a.unloadAll(true)
 	a.proc = nil
-}
-
-// procRecord is the pid record of a started app-server: in a cluster it
-// names the member and this kernel's boot (store.ProcRecord v2), so that
-// no other member's start reaps it and no other machine signals its pid.
-func (a *appServerActor) procRecord(pid int, start uint64, exe string) store.ProcRecord {
-	rec := store.ProcRecord{PID: pid, StartTime: start, Exe: exe, Member: a.cfg.Member}
-	if rec.Member != "" {
-		if boot, err := procs.BootID(); err == nil {
-			rec.Boot = boot
-		}
-	}
-	return rec
 }

@@ -122,6 +122,7 @@ type appServerActor struct {
 	warming  map[string][]warmUp
 	creds    *store.Credentials
 	redact   *codexproc.Redactor
+	record   *codexproc.PidRecord // the home's pid record, written and removed by each process
 
 	lastUse      time.Time
 	cap          *actor.PID // the node's cap actor
@@ -142,15 +143,13 @@ type appServerActor struct {
 	mu   sync.Mutex
 	live map[appProcess]struct{}
 	down bool
-	// recMu orders the start goroutines' writes of the pid record and the
-	// exit watchers' read-compare-remove of it.
-	recMu sync.Mutex
 }
 
 func newAppServerActor(cfg *Config, user, home string, creds *store.Credentials, registry, cap *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &appServerActor{
 			cfg: cfg, user: user, home: home, creds: creds, redact: &codexproc.Redactor{}, registry: registry, cap: cap,
+			record:   &codexproc.PidRecord{Path: ProcRecordPath(home), Member: cfg.Member},
 			limits:   limitWatch{disk: cfg.Disk, home: home},
 			warming:  make(map[string][]warmUp),
 			restarts: newRestartPolicy(cfg),
