@@ -133,7 +133,7 @@ func (a *appServerActor) healthTimeout() time.Duration {
 // flight: a call that runs out of its deadline (healthTimeout) means the
 // process is hung.
 func (a *appServerActor) probe() {
-	if a.proc == nil || a.probing {
+	if !a.phase.live() || a.probing {
 		return
 	}
 	a.probing = true

@@ -36,17 +36,22 @@ func (a *appServerActor) backoff() time.Duration {
 	return a.restarts.backoff(time.Now(), func(k time.Duration) time.Duration { return rand.N(k + 1) })
 }
 
-// start begins a start attempt, after the backoff if crashes are recent.
+// start begins a start attempt from phaseIdle, after the backoff if
+// crashes are recent.
 func (a *appServerActor) start() {
 	a.gen++
-	a.starting = true
 	if d := a.backoff(); d > 0 {
+		if !a.enter(phaseBackoff) {
+			return
+		}
 		a.log.Info("restarting codex app-server after a backoff", "delay", d)
 		engine, self, gen := a.engine, a.self, a.gen
 		a.delay = time.AfterFunc(d, func() { engine.Send(self, startNow{gen: gen}) })
 		return
 	}
-	a.launch()
+	if a.enter(phaseStarting) {
+		a.launch()
+	}
 }
 
 // launch starts a process on a goroutine: exec and initialize take tens of
@@ -246,12 +251,12 @@ func (a *appServerActor) started(m codexStarted) {
 		a.goStop(m.proc)
 		return
 	}
-	a.starting = false
 	select {
 	case <-m.proc.Exited():
 		// It died between initialize and this message; its exit report
 		// came first and was set aside (no process yet), so report it here.
 		a.crashed()
+		a.rest()
 		a.log.Warn("codex app-server died while starting", "exit", m.proc.ExitStatus().String())
 		a.failQueue(fmt.Errorf("codex app-server %s while starting", m.proc.ExitStatus()))
 		a.goStop(m.proc)
@@ -271,8 +276,7 @@ func (a *appServerActor) started(m codexStarted) {
 	a.log.Info("codex app-server ready", "pid", m.proc.PID(), "version", m.version.String())
 	a.lastUse = time.Now()
 	a.engine.Send(a.parent, appServerLive{live: true})
-	a.checkKey()
-	if a.keying == 0 {
+	if !a.checkKey() && a.enter(phaseReady) {
 		a.flushQueue()
 	}
 	a.report(true)
@@ -280,7 +284,7 @@ func (a *appServerActor) started(m codexStarted) {
 
 func (a *appServerActor) exited(m codexExited) {
 	// Before the start reported, its goroutine reports the failure itself.
-	if m.gen != a.gen || a.proc == nil {
+	if m.gen != a.gen || !a.phase.live() {
 		return
 	}
 	err := m.err
@@ -300,10 +304,10 @@ func (a *appServerActor) exited(m codexExited) {
 // when the process went (they waited for its key check and never ran on
 // it), unless the user cools down.
 func (a *appServerActor) restartForQueue() {
-	if len(a.queue) == 0 || a.starting {
+	if len(a.queue) == 0 || a.phase.coming() {
 		return
 	}
-	if err := a.coolingErr(); err != nil {
+	if err := a.cooled(); err != nil {
 		a.failQueue(err)
 		return
 	}
@@ -364,6 +368,7 @@ func (a *appServerActor) lose(lost error) {
 	a.keying = 0
 	a.unloadAll(false)
 	a.proc = nil
+	a.rest()
 	a.gone()
 }
 
@@ -372,7 +377,7 @@ func (a *appServerActor) lose(lost error) {
 // of its own cause, and the next command starts a fresh one under the
 // restart policy.
 func (a *appServerActor) hung(gen uint64) {
-	if gen != a.gen || a.proc == nil {
+	if gen != a.gen || !a.phase.live() {
 		return
 	}
 	p := a.proc
@@ -413,21 +418,24 @@ func (a *appServerActor) stopProc(p appProcess) {
 // credentials before the queued commands run (it writes the stored API key
 // into a home that lacks it, through a setup call): on every start and
 // before every command, as a home may lose its auth.json at any time. The
-// queue waits for keyChecked, or CallTimeout.
-func (a *appServerActor) checkKey() {
-	if a.login == nil {
-		return
+// queue waits, in phaseKeyCheck, for keyChecked, or CallTimeout. It
+// reports whether a check began (none without a login actor).
+func (a *appServerActor) checkKey() bool {
+	if a.login == nil || !a.enter(phaseKeyCheck) {
+		return false
 	}
 	a.keySeq++
 	a.keying = a.keySeq
 	a.engine.Send(a.login, keyCheck{seq: a.keySeq})
 	engine, self, seq := a.engine, a.self, a.keySeq
 	time.AfterFunc(a.cfg.CallTimeout+time.Second, func() { engine.Send(self, keyChecked{seq: seq}) })
+	return true
 }
 
 // shutdown is the destructor: it stops every process this actor started
 // and joins every goroutine it owns.
 func (a *appServerActor) shutdown() {
+	a.enter(phaseStopped)
 	if a.delay != nil {
 		a.delay.Stop()
 	}

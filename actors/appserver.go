@@ -102,11 +102,11 @@ type appServerActor struct {
 	routed   routed           // a batch's notifications for one round, not yet sent (see toRound)
 	lastHead codexproto.Delta // the last notification's header: its ids' strings are reused
 
+	phase    appPhase // the process lifecycle (appphase.go)
 	gen      uint64
 	proc     appProcess
 	version  codexproto.Version // the current process's CLI version
-	starting bool
-	queue    []any // openThread and appCall waiting for a ready process
+	queue    []any              // openThread and appCall waiting for a ready process
 	threads  threadRouter
 	children childThreads            // child agents' threads → their parents
 	askers   map[string]*actor.PID   // round actor id → its log, for rounds that ask (askVia)
@@ -188,7 +188,7 @@ func (a *appServerActor) Receive(c *actor.Context) {
 	case threadLookup:
 		a.looked(m)
 	case startNow:
-		if m.gen == a.gen && a.starting {
+		if m.gen == a.gen && a.phase == phaseBackoff && a.enter(phaseStarting) {
 			a.launch()
 		}
 	case codexStarted:
@@ -197,8 +197,8 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		if m.gen != a.gen {
 			return
 		}
-		a.starting = false
 		a.crashed()
+		a.rest()
 		a.log.Warn("codex app-server failed to start", "err", m.err)
 		a.failQueue(m.err)
 	case codexExited:
@@ -264,13 +264,13 @@ func (a *appServerActor) Receive(c *actor.Context) {
 	case loginIs:
 		a.login = m.pid
 	case keyChecked:
-		if m.seq == a.keying {
+		if a.phase == phaseKeyCheck && m.seq == a.keying {
 			a.keying = 0
-			if a.proc != nil {
-				a.flushQueue()
-			}
+			a.enter(phaseReady)
+			a.flushQueue()
 		}
 	case tick:
+		_ = a.cooled()
 		a.unloadIdle()
 		if (a.threads.active() > 0 || len(a.calls) > 0) && time.Since(a.lastHeard) >= a.healthTimeout() {
 			// Rounds wait on (or are opening threads in) a process that
@@ -301,39 +301,39 @@ func (a *appServerActor) command(m any) {
 	if c, ok := m.(appCall); ok && (c.setup || c.ifLive) {
 		// The login actor's own setup call: it runs on the live process,
 		// ahead of what waits for it, or not at all.
-		if a.proc != nil {
+		if a.phase.live() {
 			a.run(m)
 		} else if !c.ifLive {
 			a.refuse(m, errors.New("no codex app-server is running"))
 		}
 		return
 	}
-	if a.proc != nil {
+	if a.phase.live() {
 		if _, err := os.Stat(a.home); err != nil {
 			// The home was removed under the running CLI (a recreated
 			// volume): start afresh, which recreates it and has the stored
 			// key written again.
 			a.log.Warn("the codex home disappeared; restarting the app-server", "err", err)
 			a.evict("its home was removed")
-		} else if a.keying == 0 {
+		} else if a.phase == phaseReady {
 			a.checkKey()
 		}
 	}
-	if a.proc != nil && a.keying == 0 {
+	switch a.phase {
+	case phaseReady:
 		a.run(m)
 		return
-	}
-	if a.proc == nil && !a.starting {
-		if err := a.coolingErr(); err != nil {
+	case phaseIdle, phaseCooling:
+		if err := a.cooled(); err != nil {
 			a.refuse(m, err)
 			return
 		}
 	}
-	if o, ok := m.(openThread); ok && a.proc == nil {
+	if o, ok := m.(openThread); ok && !a.phase.live() {
 		a.engine.Send(o.round, appServerStarting{})
 	}
 	a.queue = append(a.queue, m)
-	if a.proc == nil && !a.starting {
+	if a.phase == phaseIdle {
 		a.start()
 	}
 }
@@ -395,7 +395,7 @@ func tickInterval(idle time.Duration) time.Duration {
 // idle reports a live process that serves no round and no login, and
 // has no call in flight or waiting.
 func (a *appServerActor) idle() bool {
-	return a.proc != nil && a.threads.active() == 0 && a.pinned == nil && len(a.calls) == 0 && len(a.queue) == 0
+	return a.phase.live() && a.threads.active() == 0 && a.pinned == nil && len(a.calls) == 0 && len(a.queue) == 0
 }
 
 // holdCap reports this app-server's use to the cap actor, which asks the
@@ -404,7 +404,7 @@ func (a *appServerActor) idle() bool {
 // node over the cap until an app-server reports itself idle (on unpin,
 // unsubscribe, a call's end and every tick).
 func (a *appServerActor) holdCap() {
-	if a.proc != nil {
+	if a.phase.live() {
 		a.report(false)
 	}
 }
@@ -414,7 +414,7 @@ func (a *appServerActor) holdCap() {
 // once a second otherwise.
 func (a *appServerActor) touch() {
 	a.lastUse = time.Now()
-	if a.proc != nil && (a.idle() == a.reportedBusy || a.lastUse.Sub(a.reported) >= time.Second) {
+	if a.phase.live() && (a.idle() == a.reportedBusy || a.lastUse.Sub(a.reported) >= time.Second) {
 		a.report(false)
 	}
 }

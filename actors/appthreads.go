@@ -75,7 +75,7 @@ func (a *appServerActor) resume(m openThread, fp string) {
 		if err != nil && !errors.Is(err, codexrpc.ErrClosed) {
 			a.log.Debug("unsubscribing the thread before resuming it", "err", err)
 		}
-		if gen != a.gen || a.proc == nil {
+		if gen != a.gen || !a.phase.live() {
 			if err == nil {
 				err = errors.New("the codex app-server restarted while the thread was opening")
 			}
@@ -149,7 +149,7 @@ func (a *appServerActor) looked(l threadLookup) {
 	ws := a.warming[l.key]
 	delete(a.warming, l.key)
 	for _, w := range ws {
-		if l.threadID == "" || a.proc == nil {
+		if l.threadID == "" || !a.phase.live() {
 			a.warmed(w.reply, nil) // nothing to load (a new mesh thread), or the process is gone
 			continue
 		}
@@ -182,7 +182,7 @@ func (a *appServerActor) warmed(to *actor.PID, err error) {
 
 // unloadIdle unloads the threads no round used for ThreadIdle.
 func (a *appServerActor) unloadIdle() {
-	if a.proc == nil {
+	if !a.phase.live() {
 		return
 	}
 	for id, lt := range a.loaded {

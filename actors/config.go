@@ -142,6 +142,10 @@ type Config struct {
 
 	rounds *gate         // rounds admitted and not yet given a verdict
 	sample *edge.Sampler // log lines about rejected input: 10 per reason per minute
+
+	// onPhase, when set (by tests), hears every change of phase of every
+	// app-server actor, the refused ones too, on that actor's goroutine.
+	onPhase func(phaseChange)
 }
 
 // Placement says which cluster member serves a user. cluster.Node
