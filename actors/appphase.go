@@ -11,13 +11,14 @@ import (
 
 // appPhase is where the app-server actor's process lifecycle is. Phase is
 // the only record of it: no boolean of the actor encodes a phase, and only
-// Receive reads or changes it, through enter. The data a phase needs is
-// kept beside it: the process (proc, version) in keyCheck and ready, the
-// key check waited for (keys) in keyCheck, the backoff's timer (restarts)
-// in backoff. Two things that look like phases are not: a health call in
-// flight (health.probing) may run while a key check waits, and ends in a
-// kill, not a phase; and the stop of an evicted process runs on a
-// goroutine of its own while the actor, already idle, may start the next.
+// Receive reads it or changes it, through enter. A phase's data is kept
+// beside it: the process (proc, version) in key-check and ready, the key
+// check waited for (keys.waiting) in key-check, the backoff's timer
+// (restarts.delay) in backoff. Two things that look like phases are not:
+// a health call (health.probing) may be in flight in key-check as in
+// ready, and its deadline passing is a loss like a death; and an evicted
+// process stops on a goroutine of its own while the actor, idle at once,
+// may already start the next one (stopping is no phase of the actor's).
 type appPhase uint8
 
 const (

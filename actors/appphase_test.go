@@ -50,7 +50,7 @@ func TestAppPhaseTransitions(t *testing.T) {
 			t.Run(fmt.Sprintf("%s→%s", from, to), func(t *testing.T) {
 				var heard []phaseChange
 				cfg := &Config{onPhase: func(c phaseChange) { heard = append(heard, c) }}
-				a := &appServerActor{cfg: cfg, user: "u", log: slog.New(slog.DiscardHandler), phase: from}
+				a := &appServerActor{appWiring: appWiring{cfg: cfg, user: "u", log: slog.New(slog.DiscardHandler)}, phase: from}
 				if got := a.enter(to); got != want {
 					t.Errorf("enter = %v, want %v", got, want)
 				}

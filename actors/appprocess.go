@@ -22,7 +22,7 @@ import (
 
 // crashed counts an unexpected death; past the limit the user cools down.
 func (a *appServerActor) crashed() {
-	a.restartNext = true
+	a.restarts.next = true
 	if a.restarts.crashed(time.Now()) {
 		until, _ := a.restarts.cooling(time.Now())
 		a.log.Error("codex app-server keeps dying; the user is unavailable for a cool-down",
@@ -46,7 +46,7 @@ func (a *appServerActor) start() {
 		}
 		a.log.Info("restarting codex app-server after a backoff", "delay", d)
 		engine, self, gen := a.engine, a.self, a.gen
-		a.delay = time.AfterFunc(d, func() { engine.Send(self, startNow{gen: gen}) })
+		a.restarts.delay = time.AfterFunc(d, func() { engine.Send(self, startNow{gen: gen}) })
 		return
 	}
 	if a.enter(phaseStarting) {
@@ -101,9 +101,7 @@ func (a *appServerActor) launch() {
 	if key, ok, err := a.creds.APIKey(); err == nil && ok {
 		a.redact.Add(key)
 	}
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
+	a.spawned.goroutine(func() {
 		// A process a killed daemon left behind for this home goes first.
 		if reaped, err := procs.ReapRecord(a.record.Path, a.cfg.StopGrace); err != nil {
 			a.log.Warn("reaping a leftover app-server", "err", err)
@@ -144,16 +142,11 @@ func (a *appServerActor) launch() {
 			engine.Send(self, codexStartFailed{gen: gen, err: err})
 			return
 		}
-		a.mu.Lock()
-		if a.down {
-			a.mu.Unlock()
+		if !a.spawned.add(p) { // the actor stopped meanwhile
 			a.stopProc(p)
 			a.emptyLeaf(leaf)
 			return
 		}
-		a.live[p] = struct{}{}
-		a.wg.Add(1)
-		a.mu.Unlock()
 		go a.watch(gen, p, leaf)
 
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.CallTimeout)
@@ -165,7 +158,7 @@ func (a *appServerActor) launch() {
 			return
 		}
 		engine.Send(self, codexStarted{gen: gen, proc: p, version: client.Version, group: group})
-	}()
+	})
 }
 
 // contain readies the start of generation gen in its user's limits: the
@@ -211,7 +204,7 @@ func (a *appServerActor) contain(cfg *codexproc.Config, gen uint64) (group, leaf
 // limitBeforeLoss tells thread's round of a limit its user met, before
 // the round hears that the process or its call is gone.
 func (a *appServerActor) limitBeforeLoss(thread string) {
-	if s, ok := a.threads.lookup(thread); ok {
+	if s, ok := a.threads.router.lookup(thread); ok {
 		if res := a.limits.met(thread, a.cfg.Metrics); res != "" {
 			a.engine.Send(s.round, limitMet{resource: res})
 		}
@@ -234,15 +227,13 @@ func (a *appServerActor) emptyLeaf(leaf *contain.Group) {
 // carries the exit status and the stderr tail. (The process removed its
 // pid record at its exit.)
 func (a *appServerActor) watch(gen uint64, p appProcess, leaf *contain.Group) {
-	defer a.wg.Done()
+	defer a.spawned.wg.Done()
 	<-p.Exited()
 	<-p.Conn().Done()
 	// What the process started ends with it: descendants that left its
 	// process group or session, which its stop does not reach.
 	a.emptyLeaf(leaf)
-	a.mu.Lock()
-	delete(a.live, p)
-	a.mu.Unlock()
+	a.spawned.remove(p)
 	a.engine.Send(a.self, codexExited{gen: gen, err: p.Conn().Err()})
 }
 
@@ -267,14 +258,14 @@ func (a *appServerActor) started(m codexStarted) {
 	if m.group != nil {
 		a.limits.group = m.group
 	}
-	a.lastHeard = time.Now()
+	a.health.lastHeard = time.Now()
 	a.cfg.Metrics.Starts.Inc()
-	if a.restartNext {
+	if a.restarts.next {
 		a.cfg.Metrics.Restarts.Inc()
-		a.restartNext = false
+		a.restarts.next = false
 	}
 	a.log.Info("codex app-server ready", "pid", m.proc.PID(), "version", m.version.String())
-	a.lastUse = time.Now()
+	a.use.last = time.Now()
 	a.engine.Send(a.parent, appServerLive{live: true})
 	if !a.checkKey() && a.enter(phaseReady) {
 		a.flushQueue()
@@ -350,22 +341,22 @@ func (a *appServerActor) lose(lost error) {
 	for thread := range a.limits.base {
 		a.limitBeforeLoss(thread)
 	}
-	for _, round := range a.threads.reset() {
+	for _, round := range a.threads.router.reset() {
 		a.engine.Send(round, codexLost{err: lost})
 	}
 	if a.pinned != nil {
 		a.engine.Send(a.pinned, codexLost{err: lost})
 		a.pinned = nil
 	}
-	for _, k := range a.calls {
-		delete(a.calls, k.seq)
+	for _, k := range a.calls.inflight {
+		delete(a.calls.inflight, k.seq)
 		k.timer.Stop()
 		if !k.probe {
 			k.then(nil, fmt.Errorf("%s: %w", k.method, lost))
 		}
 	}
-	a.probing = false
-	a.keying = 0
+	a.health.probing = false
+	a.keys.waiting = 0
 	a.unloadAll(false)
 	a.proc = nil
 	a.rest()
@@ -386,24 +377,18 @@ func (a *appServerActor) hung(gen uint64) {
 	a.cfg.Metrics.Hung.Inc()
 	a.crashed()
 	a.drop(fmt.Errorf("codex app-server stopped answering (no answer to a health call within %v); it was killed", a.healthTimeout()))
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
+	a.spawned.goroutine(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*a.cfg.StopGrace)
 		defer cancel()
 		if err := p.Kill(ctx); err != nil {
 			a.log.Warn("killing a hung codex app-server", "pid", p.PID(), "err", err)
 		}
-	}()
+	})
 }
 
 // goStop stops a process on a goroutine the actor owns.
 func (a *appServerActor) goStop(p appProcess) {
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		a.stopProc(p)
-	}()
+	a.spawned.goroutine(func() { a.stopProc(p) })
 }
 
 func (a *appServerActor) stopProc(p appProcess) {
@@ -424,10 +409,10 @@ func (a *appServerActor) checkKey() bool {
 	if a.login == nil || !a.enter(phaseKeyCheck) {
 		return false
 	}
-	a.keySeq++
-	a.keying = a.keySeq
-	a.engine.Send(a.login, keyCheck{seq: a.keySeq})
-	engine, self, seq := a.engine, a.self, a.keySeq
+	a.keys.seq++
+	a.keys.waiting = a.keys.seq
+	a.engine.Send(a.login, keyCheck{seq: a.keys.seq})
+	engine, self, seq := a.engine, a.self, a.keys.seq
 	time.AfterFunc(a.cfg.CallTimeout+time.Second, func() { engine.Send(self, keyChecked{seq: seq}) })
 	return true
 }
@@ -436,21 +421,14 @@ func (a *appServerActor) checkKey() bool {
 // and joins every goroutine it owns.
 func (a *appServerActor) shutdown() {
 	a.enter(phaseStopped)
-	if a.delay != nil {
-		a.delay.Stop()
+	if a.restarts.delay != nil {
+		a.restarts.delay.Stop()
 	}
-	a.mu.Lock()
-	a.down = true
-	var all []appProcess
-	for p := range a.live {
-		all = append(all, p)
-	}
-	a.mu.Unlock()
-	for _, p := range all {
+	for _, p := range a.spawned.close() {
 		a.stopProc(p)
 	}
-	// A start still in flight sees down and stops what it made.
-	a.wg.Wait()
+	// A start still in flight finds the set closed and stops what it made.
+	a.spawned.wg.Wait()
 	// The user stops here: their cgroup goes when nothing is left in it.
 	// Their home stays on its image (a mount costs a cold round tens of
 	// milliseconds) until the daemon stops.
@@ -458,7 +436,7 @@ func (a *appServerActor) shutdown() {
 		g.Release()
 	}
 	a.engine.Send(a.cap, liveGone{pid: a.self})
-	for _, k := range a.calls {
+	for _, k := range a.calls.inflight {
 		k.timer.Stop()
 	}
 	a.failQueue(codexrpc.ErrClosed)
