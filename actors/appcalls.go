@@ -36,13 +36,13 @@ type call struct {
 // call sends a call to the current process; then runs in Receive with its
 // answer, its error, or its deadline's passing (context.DeadlineExceeded).
 func (a *appServerActor) call(method string, params any, thread string, then func(json.RawMessage, error)) {
-	a.seq++
-	k := &call{seq: a.seq, gen: a.gen, method: method, params: params, thread: thread, attempt: 0,
+	a.calls.seq++
+	k := &call{seq: a.calls.seq, gen: a.gen, method: method, params: params, thread: thread, attempt: 0,
 		backoff: codexrpc.DefaultRetry.Base, then: then}
-	a.calls[k.seq] = k
-	if lt, ok := a.loaded[thread]; ok {
+	a.calls.inflight[k.seq] = k
+	if lt, ok := a.threads.loaded[thread]; ok {
 		lt.lastUse = time.Now()
-		a.loaded[thread] = lt
+		a.threads.loaded[thread] = lt
 	}
 	d := a.cfg.CallTimeout
 	if method == codexproto.MethodThreadLoadedList {
@@ -82,12 +82,12 @@ func (a *appServerActor) answered(k *call, res json.RawMessage, err error) {
 		time.AfterFunc(d, func() { engine.Send(self, callRetry{seq: seq}) })
 		return
 	}
-	delete(a.calls, k.seq)
+	delete(a.calls.inflight, k.seq)
 	k.timer.Stop()
 	if k.probe {
-		a.probing = false
+		a.health.probing = false
 		if err == nil || errors.As(err, &we) {
-			a.lastHeard = time.Now() // any answer shows the process reads and writes
+			a.health.lastHeard = time.Now() // any answer shows the process reads and writes
 		}
 		return
 	}
@@ -104,16 +104,16 @@ func (a *appServerActor) answered(k *call, res json.RawMessage, err error) {
 // expired ends a call whose deadline passed. A health call's means the
 // process is hung; any other's asks for a health call.
 func (a *appServerActor) expired(seq uint64) {
-	k := a.calls[seq]
+	k := a.calls.inflight[seq]
 	if k == nil {
 		return
 	}
-	delete(a.calls, seq)
+	delete(a.calls.inflight, seq)
 	if a.proc != nil && k.gen == a.gen {
 		a.proc.Conn().Forget(k.id)
 	}
 	if k.probe {
-		a.probing = false
+		a.health.probing = false
 		a.hung(k.gen)
 		return
 	}
@@ -133,9 +133,9 @@ func (a *appServerActor) healthTimeout() time.Duration {
 // flight: a call that runs out of its deadline (healthTimeout) means the
 // process is hung.
 func (a *appServerActor) probe() {
-	if a.proc == nil || a.probing {
+	if !a.phase.live() || a.health.probing {
 		return
 	}
-	a.probing = true
+	a.health.probing = true
 	a.call(codexproto.MethodThreadLoadedList, struct{}{}, "", nil)
 }

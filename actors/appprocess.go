@@ -18,12 +18,11 @@ import (
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/procs"
-	"github.com/meshweaver/supervisor/store"
 )
 
 // crashed counts an unexpected death; past the limit the user cools down.
 func (a *appServerActor) crashed() {
-	a.restartNext = true
+	a.restarts.next = true
 	if a.restarts.crashed(time.Now()) {
 		until, _ := a.restarts.cooling(time.Now())
 		a.log.Error("codex app-server keeps dying; the user is unavailable for a cool-down",
@@ -37,17 +36,22 @@ func (a *appServerActor) backoff() time.Duration {
 	return a.restarts.backoff(time.Now(), func(k time.Duration) time.Duration { return rand.N(k + 1) })
 }
 
-// start begins a start attempt, after the backoff if crashes are recent.
+// start begins a start attempt from phaseIdle, after the backoff if
+// crashes are recent.
 func (a *appServerActor) start() {
 	a.gen++
-	a.starting = true
 	if d := a.backoff(); d > 0 {
+		if !a.enter(phaseBackoff) {
+			return
+		}
 		a.log.Info("restarting codex app-server after a backoff", "delay", d)
 		engine, self, gen := a.engine, a.self, a.gen
-		a.delay = time.AfterFunc(d, func() { engine.Send(self, startNow{gen: gen}) })
+		a.restarts.delay = time.AfterFunc(d, func() { engine.Send(self, startNow{gen: gen}) })
 		return
 	}
-	a.launch()
+	if a.enter(phaseStarting) {
+		a.launch()
+	}
 }
 
 // launch starts a process on a goroutine: exec and initialize take tens of
@@ -65,6 +69,7 @@ func (a *appServerActor) launch() {
 		Logger:    a.log,
 		Redactor:  a.redact,
 		StopGrace: a.cfg.StopGrace,
+		Record:    a.record,
 		Conn: codexrpc.Options{
 			Logger: a.log,
 			OnNotifications: func(ns []*codexrpc.Notification) {
@@ -91,17 +96,14 @@ func (a *appServerActor) launch() {
 			},
 		},
 	}
-	record := ProcRecordPath(a.home)
 	// The stored API key is redacted from everything the process says,
 	// before it can say anything.
 	if key, ok, err := a.creds.APIKey(); err == nil && ok {
 		a.redact.Add(key)
 	}
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
+	a.spawned.goroutine(func() {
 		// A process a killed daemon left behind for this home goes first.
-		if reaped, err := procs.ReapRecord(record, a.cfg.StopGrace); err != nil {
+		if reaped, err := procs.ReapRecord(a.record.Path, a.cfg.StopGrace); err != nil {
 			a.log.Warn("reaping a leftover app-server", "err", err)
 		} else if reaped {
 			a.log.Warn("ended an app-server a previous daemon left running")
@@ -128,42 +130,25 @@ func (a *appServerActor) launch() {
 				cfg.Dir = "/" // bubblewrap changes into the workspace itself
 			}
 		}
-		// The pid record names the program the pid ends up as: the
-		// sandbox's, or the CLI's; not the cgroup join's shell.
-		exe := cfg.Binary
-		if len(cfg.Wrapper) > 0 {
-			exe = cfg.Wrapper[0] // the pid is bubblewrap's
-		}
 		group, leaf, err := a.contain(&cfg, gen)
 		if err != nil {
 			engine.Send(self, codexStartFailed{gen: gen, err: fmt.Errorf("starting codex: %w", err)})
 			return
 		}
+		// Start writes the pid record once the process runs; its exit
+		// removes it (cfg.Record).
 		p, err := codexproc.Start(cfg)
 		if err != nil {
 			a.emptyLeaf(leaf)
 			engine.Send(self, codexStartFailed{gen: gen, err: err})
 			return
 		}
-		a.mu.Lock()
-		if a.down {
-			a.mu.Unlock()
+		if !a.spawned.add(p) { // the actor stopped meanwhile
 			a.stopProc(p)
 			a.emptyLeaf(leaf)
 			return
 		}
-		a.live[p] = struct{}{}
-		a.wg.Add(1)
-		a.mu.Unlock()
-		go a.watch(gen, p, record, leaf)
-		if st, err := procs.StartTime(p.PID()); err == nil {
-			a.recMu.Lock()
-			err := store.WriteProcRecord(record, a.procRecord(p.PID(), st, exe))
-			a.recMu.Unlock()
-			if err != nil {
-				a.log.Warn("recording the app-server's pid", "err", err)
-			}
-		}
+		go a.watch(gen, p, leaf)
 
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.CallTimeout)
 		defer cancel()
@@ -174,7 +159,7 @@ func (a *appServerActor) launch() {
 			return
 		}
 		engine.Send(self, codexStarted{gen: gen, proc: p, version: client.Version, group: group})
-	}()
+	})
 }
 
 // contain readies the start of generation gen in its user's limits: the
@@ -220,7 +205,7 @@ func (a *appServerActor) contain(cfg *codexproc.Config, gen uint64) (group, leaf
 // limitBeforeLoss tells thread's round of a limit its user met, before
 // the round hears that the process or its call is gone.
 func (a *appServerActor) limitBeforeLoss(thread string) {
-	if s, ok := a.threads.lookup(thread); ok {
+	if s, ok := a.threads.router.lookup(thread); ok {
 		if res := a.limits.met(thread, a.cfg.Metrics); res != "" {
 			a.engine.Send(s.round, limitMet{resource: res})
 		}
@@ -240,24 +225,16 @@ func (a *appServerActor) emptyLeaf(leaf *contain.Group) {
 }
 
 // watch reports the process's end once its output is drained, so the error
-// carries the exit status and the stderr tail, and drops its pid record.
-func (a *appServerActor) watch(gen uint64, p appProcess, record string, leaf *contain.Group) {
-	defer a.wg.Done()
+// carries the exit status and the stderr tail. (The process removed its
+// pid record at its exit.)
+func (a *appServerActor) watch(gen uint64, p appProcess, leaf *contain.Group) {
+	defer a.spawned.wg.Done()
 	<-p.Exited()
 	<-p.Conn().Done()
 	// What the process started ends with it: descendants that left its
 	// process group or session, which its stop does not reach.
 	a.emptyLeaf(leaf)
-	a.mu.Lock()
-	delete(a.live, p)
-	a.mu.Unlock()
-	// Under recMu: a newer process's record, written meanwhile by its
-	// start, is never the one removed.
-	a.recMu.Lock()
-	if rec, err := store.ReadProcRecord(record); err == nil && rec.PID == p.PID() {
-		_ = os.Remove(record)
-	}
-	a.recMu.Unlock()
+	a.spawned.remove(p)
 	a.engine.Send(a.self, codexExited{gen: gen, err: p.Conn().Err()})
 }
 
@@ -266,12 +243,12 @@ func (a *appServerActor) started(m codexStarted) {
 		a.goStop(m.proc)
 		return
 	}
-	a.starting = false
 	select {
 	case <-m.proc.Exited():
 		// It died between initialize and this message; its exit report
 		// came first and was set aside (no process yet), so report it here.
 		a.crashed()
+		a.rest()
 		a.log.Warn("codex app-server died while starting", "exit", m.proc.ExitStatus().String())
 		a.failQueue(fmt.Errorf("codex app-server %s while starting", m.proc.ExitStatus()))
 		a.goStop(m.proc)
@@ -282,18 +259,17 @@ func (a *appServerActor) started(m codexStarted) {
 	if m.group != nil {
 		a.limits.group = m.group
 	}
-	a.lastHeard = time.Now()
+	a.health.lastHeard = time.Now()
 	a.cfg.Metrics.Starts.Inc()
-	if a.restartNext {
+	if a.restarts.next {
 		a.cfg.Metrics.Restarts.Inc()
-		a.restartNext = false
+		a.restarts.next = false
 	}
 	a.log.Info("codex app-server ready", "pid", m.proc.PID(), "version", m.version.String())
 	a.engine.BroadcastEvent(AppServerReady{User: a.user, PID: m.proc.PID()})
-	a.lastUse = time.Now()
+	a.use.last = time.Now()
 	a.engine.Send(a.parent, appServerLive{live: true})
-	a.checkKey()
-	if a.keying == 0 {
+	if !a.checkKey() && a.enter(phaseReady) {
 		a.flushQueue()
 	}
 	a.report(true)
@@ -301,7 +277,7 @@ func (a *appServerActor) started(m codexStarted) {
 
 func (a *appServerActor) exited(m codexExited) {
 	// Before the start reported, its goroutine reports the failure itself.
-	if m.gen != a.gen || a.proc == nil {
+	if m.gen != a.gen || !a.phase.live() {
 		return
 	}
 	err := m.err
@@ -322,10 +298,10 @@ func (a *appServerActor) exited(m codexExited) {
 // when the process went (they waited for its key check and never ran on
 // it), unless the user cools down.
 func (a *appServerActor) restartForQueue() {
-	if len(a.queue) == 0 || a.starting {
+	if len(a.queue) == 0 || a.phase.coming() {
 		return
 	}
-	if err := a.coolingErr(); err != nil {
+	if err := a.cooled(); err != nil {
 		a.failQueue(err)
 		return
 	}
@@ -369,24 +345,25 @@ func (a *appServerActor) lose(lost error) {
 	for thread := range a.limits.base {
 		a.limitBeforeLoss(thread)
 	}
-	for _, round := range a.threads.reset() {
+	for _, round := range a.threads.router.reset() {
 		a.engine.Send(round, codexLost{err: lost})
 	}
 	if a.pinned != nil {
 		a.engine.Send(a.pinned, codexLost{err: lost})
 		a.pinned = nil
 	}
-	for _, k := range a.calls {
-		delete(a.calls, k.seq)
+	for _, k := range a.calls.inflight {
+		delete(a.calls.inflight, k.seq)
 		k.timer.Stop()
 		if !k.probe {
 			k.then(nil, fmt.Errorf("%s: %w", k.method, lost))
 		}
 	}
-	a.probing = false
-	a.keying = 0
+	a.health.probing = false
+	a.keys.waiting = 0
 	a.unloadAll(false)
 	a.proc = nil
+	a.rest()
 	a.gone()
 }
 
@@ -395,7 +372,7 @@ func (a *appServerActor) lose(lost error) {
 // of its own cause, and the next command starts a fresh one under the
 // restart policy.
 func (a *appServerActor) hung(gen uint64) {
-	if gen != a.gen || a.proc == nil {
+	if gen != a.gen || !a.phase.live() {
 		return
 	}
 	p := a.proc
@@ -404,24 +381,18 @@ func (a *appServerActor) hung(gen uint64) {
 	a.cfg.Metrics.Hung.Inc()
 	a.crashed()
 	a.drop(fmt.Errorf("codex app-server stopped answering (no answer to a health call within %v); it was killed", a.healthTimeout()))
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
+	a.spawned.goroutine(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*a.cfg.StopGrace)
 		defer cancel()
 		if err := p.Kill(ctx); err != nil {
 			a.log.Warn("killing a hung codex app-server", "pid", p.PID(), "err", err)
 		}
-	}()
+	})
 }
 
 // goStop stops a process on a goroutine the actor owns.
 func (a *appServerActor) goStop(p appProcess) {
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		a.stopProc(p)
-	}()
+	a.spawned.goroutine(func() { a.stopProc(p) })
 }
 
 func (a *appServerActor) stopProc(p appProcess) {
@@ -436,36 +407,32 @@ func (a *appServerActor) stopProc(p appProcess) {
 // credentials before the queued commands run (it writes the stored API key
 // into a home that lacks it, through a setup call): on every start and
 // before every command, as a home may lose its auth.json at any time. The
-// queue waits for keyChecked, or CallTimeout.
-func (a *appServerActor) checkKey() {
-	if a.login == nil {
-		return
+// queue waits, in phaseKeyCheck, for keyChecked, or CallTimeout. It
+// reports whether a check began (none without a login actor).
+func (a *appServerActor) checkKey() bool {
+	if a.login == nil || !a.enter(phaseKeyCheck) {
+		return false
 	}
-	a.keySeq++
-	a.keying = a.keySeq
-	a.engine.Send(a.login, keyCheck{seq: a.keySeq})
-	engine, self, seq := a.engine, a.self, a.keySeq
+	a.keys.seq++
+	a.keys.waiting = a.keys.seq
+	a.engine.Send(a.login, keyCheck{seq: a.keys.seq})
+	engine, self, seq := a.engine, a.self, a.keys.seq
 	time.AfterFunc(a.cfg.CallTimeout+time.Second, func() { engine.Send(self, keyChecked{seq: seq}) })
+	return true
 }
 
 // shutdown is the destructor: it stops every process this actor started
 // and joins every goroutine it owns.
 func (a *appServerActor) shutdown() {
-	if a.delay != nil {
-		a.delay.Stop()
+	a.enter(phaseStopped)
+	if a.restarts.delay != nil {
+		a.restarts.delay.Stop()
 	}
-	a.mu.Lock()
-	a.down = true
-	var all []appProcess
-	for p := range a.live {
-		all = append(all, p)
-	}
-	a.mu.Unlock()
-	for _, p := range all {
+	for _, p := range a.spawned.close() {
 		a.stopProc(p)
 	}
-	// A start still in flight sees down and stops what it made.
-	a.wg.Wait()
+	// A start still in flight finds the set closed and stops what it made.
+	a.spawned.wg.Wait()
 	// The user stops here: their cgroup goes when nothing is left in it.
 	// Their home stays on its image (a mount costs a cold round tens of
 	// milliseconds) until the daemon stops.
@@ -473,23 +440,10 @@ func (a *appServerActor) shutdown() {
 		g.Release()
 	}
 	a.engine.Send(a.cap, liveGone{pid: a.self})
-	for _, k := range a.calls {
+	for _, k := range a.calls.inflight {
 		k.timer.Stop()
 	}
 	a.failQueue(codexrpc.ErrClosed)
 	a.unloadAll(true)
 	a.proc = nil
-}
-
-// procRecord is the pid record of a started app-server: in a cluster it
-// names the member and this kernel's boot (store.ProcRecord v2), so that
-// no other member's start reaps it and no other machine signals its pid.
-func (a *appServerActor) procRecord(pid int, start uint64, exe string) store.ProcRecord {
-	rec := store.ProcRecord{PID: pid, StartTime: start, Exe: exe, Member: a.cfg.Member}
-	if rec.Member != "" {
-		if boot, err := procs.BootID(); err == nil {
-			rec.Boot = boot
-		}
-	}
-	return rec
 }

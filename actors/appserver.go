@@ -91,75 +91,183 @@ type appProcess interface {
 // that dies or hangs, after a backoff, and past the restart limit not
 // before a cool-down. An idle process is stopped.
 type appServerActor struct {
-	cfg  *Config
-	user string
-	home string
-	log  *slog.Logger
+	appWiring // what it was given, and whom it talks to
+
+	// The process lifecycle. The rule: no boolean encodes a phase. phase
+	// is the only record of where the lifecycle is (appphase.go), enter
+	// its only writer, and the fields after it hold the data of some
+	// phases. The booleans left are not phases: restarts.next (which
+	// counter a start goes to), health.probing (a call in flight, in
+	// either live phase), use.busy (what the cap actor was told) and
+	// spawned.closed (Stopped's word to the goroutines, which cannot read
+	// phase).
+	phase   appPhase
+	gen     uint64             // bumped by every start and every drop: older processes' messages are dropped
+	proc    appProcess         // the process, in phaseKeyCheck and phaseReady
+	version codexproto.Version // its CLI version
+	queue   []any              // commands (openThread, appCall, warmUp) waiting for phaseReady
+
+	keys     keyChecks   // the login actor's key checks (phaseKeyCheck)
+	restarts appRestarts // deaths, backoff and cool-down
+	health   appHealth   // whether the process still answers
+	use      capReport   // the use the cap actor heard of
+	calls    callTable   // calls to the process in flight
+	threads  appThreads  // the threads it holds, and the routing of their notifications
+	limits   limitWatch  // the user's cgroup and what each round met of it
+	spawned  appSpawned  // the goroutines it started, and the processes they made
+}
+
+// appWiring is what the app-server actor is given, and the actors it
+// talks to: fixed for its life, but for login and pinned, which the user
+// actor and the login actor set.
+type appWiring struct {
+	cfg    *Config
+	user   string
+	home   string
+	log    *slog.Logger
+	creds  *store.Credentials
+	redact *codexproc.Redactor  // every secret the process might echo
+	record *codexproc.PidRecord // the home's pid record, written and removed by each process
 
 	engine   *actor.Engine
 	self     *actor.PID
-	ticker   actor.SendRepeater
-	routed   routed           // a batch's notifications for one round, not yet sent (see toRound)
-	lastHead codexproto.Delta // the last notification's header: its ids' strings are reused
+	ticker   actor.SendRepeater // tick
+	parent   *actor.PID         // the user actor
+	cap      *actor.PID         // the node's cap actor
+	registry *actor.PID         // the user's registry, for a warm-up's thread
+	login    *actor.PID         // the login actor, which sets the home's credentials up
+	pinned   *actor.PID         // the login actor during a session
+}
 
-	gen      uint64
-	proc     appProcess
-	version  codexproto.Version // the current process's CLI version
-	starting bool
-	queue    []any // openThread and appCall waiting for a ready process
-	threads  threadRouter
+// keyChecks are the key checks asked of the login actor: seq numbers
+// them, waiting is the one the queue waits for in phaseKeyCheck (0 in
+// every other phase).
+type keyChecks struct {
+	seq, waiting uint64
+}
+
+// appRestarts is the restart policy with what the actor adds to it: the
+// timer of a backed-off start (phaseBackoff), and whether the next start
+// follows a death (it is then counted as a restart).
+type appRestarts struct {
+	restartPolicy
+	delay *time.Timer
+	next  bool
+}
+
+// appHealth is what shows that the process still answers: when it last
+// said something, and whether a health call is in flight (its deadline
+// passing means hung; it is not a phase, as it may run during a key
+// check).
+type appHealth struct {
+	lastHeard time.Time
+	probing   bool
+}
+
+// capReport is the process's use as the cap actor knows it: the last use,
+// the last one reported, and whether it was reported busy.
+type capReport struct {
+	last     time.Time
+	reported time.Time
+	busy     bool
+}
+
+// callTable is the calls to the process in flight, by their seq.
+type callTable struct {
+	inflight map[uint64]*call
+	seq      uint64
+}
+
+// appThreads is the threads of the process, and the routing of their
+// notifications and server requests to rounds.
+type appThreads struct {
+	router   threadRouter            // thread → its subscribed round, and the early notes
 	children childThreads            // child agents' threads → their parents
 	askers   map[string]*actor.PID   // round actor id → its log, for rounds that ask (askVia)
 	loaded   map[string]loadedThread // threads the current process holds
 	opening  map[mcpfront.Key]int    // opens in flight holding a front key (settings.go)
-	calls    map[uint64]*call
-	seq      uint64
-	keying   uint64 // a key check in flight (its number): the queue waits for keyChecked
-	keySeq   uint64
-	login    *actor.PID // the login actor, which sets the home's credentials up
-	pinned   *actor.PID // the login actor during a session
-	registry *actor.PID // the user's registry, for a warm-up's thread
-	warming  map[string][]warmUp
-	creds    *store.Credentials
-	redact   *codexproc.Redactor
+	warming  map[string][]warmUp     // warm-ups waiting for their registry lookup, by mesh thread
+	routed   routed                  // a batch's notifications for one round, not yet sent (see toRound)
+	lastHead codexproto.Delta        // the last notification's header: its ids' strings are reused
+}
 
-	lastUse      time.Time
-	cap          *actor.PID // the node's cap actor
-	parent       *actor.PID // the user actor
-	reported     time.Time  // the last use the cap actor heard of
-	reportedBusy bool
-	restartNext  bool // the next start follows a death
-	restarts     restartPolicy
-	delay        *time.Timer // a backed-off start
-	lastHeard    time.Time   // the process last said something
-	probing      bool        // a health call is in flight
-	limits       limitWatch  // the user's cgroup and what each round met of it
+// appSpawned is what the actor shares with the goroutines it starts
+// (start attempts, exit watchers, stops, kills): wg counts them, and live
+// holds the processes the starts made until they exit, so that Stopped
+// can stop even those whose start message never arrived. mu guards live
+// and closed. closed is Stopped's word to the goroutines, which cannot
+// read the phase: a start that ends after it stops what it made.
+type appSpawned struct {
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	live   map[appProcess]struct{}
+	closed bool
+}
 
-	// Goroutines: start attempts, exit watchers and stops. Processes a
-	// start produced are in live until stopped, so Stopped can end even
-	// those whose start message never arrived.
-	wg   sync.WaitGroup
-	mu   sync.Mutex
-	live map[appProcess]struct{}
-	down bool
-	// recMu orders the start goroutines' writes of the pid record and the
-	// exit watchers' read-compare-remove of it.
-	recMu sync.Mutex
+// goroutine runs f on a goroutine that Stopped joins.
+func (s *appSpawned) goroutine(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// add keeps p until remove, and counts its exit watcher, which the
+// caller then starts; it reports false, and keeps nothing, once the set
+// is closed.
+func (s *appSpawned) add(p appProcess) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if s.live == nil {
+		s.live = make(map[appProcess]struct{})
+	}
+	s.live[p] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+// remove forgets p, which exited.
+func (s *appSpawned) remove(p appProcess) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.live, p)
+}
+
+// close ends the set: it returns the processes still live, and add
+// refuses any more.
+func (s *appSpawned) close() []appProcess {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	var all []appProcess
+	for p := range s.live {
+		all = append(all, p)
+	}
+	return all
 }
 
 func newAppServerActor(cfg *Config, user, home string, creds *store.Credentials, registry, cap *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &appServerActor{
-			cfg: cfg, user: user, home: home, creds: creds, redact: &codexproc.Redactor{}, registry: registry, cap: cap,
+			appWiring: appWiring{
+				cfg: cfg, user: user, home: home, creds: creds, redact: &codexproc.Redactor{},
+				record:   &codexproc.PidRecord{Path: ProcRecordPath(home), Member: cfg.Member},
+				log:      cfg.Logger.With("user", userTag(user), "actor", "appserver"),
+				registry: registry, cap: cap,
+			},
 			limits:   limitWatch{disk: cfg.Disk, home: home},
-			warming:  make(map[string][]warmUp),
-			restarts: newRestartPolicy(cfg),
-			log:      cfg.Logger.With("user", userTag(user), "actor", "appserver"),
-			threads:  newThreadRouter(maxEarlyNotes),
-			loaded:   make(map[string]loadedThread),
-			opening:  make(map[mcpfront.Key]int),
-			calls:    make(map[uint64]*call),
-			live:     make(map[appProcess]struct{}),
+			restarts: appRestarts{restartPolicy: newRestartPolicy(cfg)},
+			calls:    callTable{inflight: make(map[uint64]*call)},
+			threads: appThreads{
+				router:  newThreadRouter(maxEarlyNotes),
+				loaded:  make(map[string]loadedThread),
+				opening: make(map[mcpfront.Key]int),
+				warming: make(map[string][]warmUp),
+			},
 		}
 	}
 }
@@ -189,7 +297,7 @@ func (a *appServerActor) Receive(c *actor.Context) {
 	case threadLookup:
 		a.looked(m)
 	case startNow:
-		if m.gen == a.gen && a.starting {
+		if m.gen == a.gen && a.phase == phaseBackoff && a.enter(phaseStarting) {
 			a.launch()
 		}
 	case codexStarted:
@@ -198,22 +306,22 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		if m.gen != a.gen {
 			return
 		}
-		a.starting = false
 		a.crashed()
+		a.rest()
 		a.log.Warn("codex app-server failed to start", "err", m.err)
 		a.failQueue(m.err)
 	case codexExited:
 		a.exited(m)
 	case askVia:
-		if a.askers == nil {
-			a.askers = make(map[string]*actor.PID)
+		if a.threads.askers == nil {
+			a.threads.askers = make(map[string]*actor.PID)
 		}
-		a.askers[m.round.ID] = m.log
+		a.threads.askers[m.round.ID] = m.log
 	case askViaGone:
-		delete(a.askers, m.round.ID)
+		delete(a.threads.askers, m.round.ID)
 	case codexNotes:
 		if m.gen == a.gen {
-			a.lastHeard = time.Now()
+			a.health.lastHeard = time.Now()
 			a.touch()
 			for _, n := range m.notes {
 				a.route(n)
@@ -221,16 +329,16 @@ func (a *appServerActor) Receive(c *actor.Context) {
 			a.sendRouted()
 		}
 	case callDone:
-		if k := a.calls[m.seq]; k != nil {
+		if k := a.calls.inflight[m.seq]; k != nil {
 			if k.gen == a.gen {
-				a.lastHeard = time.Now()
+				a.health.lastHeard = time.Now()
 			}
 			a.answered(k, m.result, m.err)
 		}
 	case callExpired:
 		a.expired(m.seq)
 	case callRetry:
-		if k := a.calls[m.seq]; k != nil {
+		if k := a.calls.inflight[m.seq]; k != nil {
 			a.send(k)
 		}
 	case codexServerRequest:
@@ -242,10 +350,10 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		}
 		m.reply <- a.answer(m)
 	case unsubscribe:
-		a.threads.unsubscribe(m.threadID, m.round)
-		if lt, ok := a.loaded[m.threadID]; ok && m.keep {
+		a.threads.router.unsubscribe(m.threadID, m.round)
+		if lt, ok := a.threads.loaded[m.threadID]; ok && m.keep {
 			lt.lastUse = time.Now()
-			a.loaded[m.threadID] = lt
+			a.threads.loaded[m.threadID] = lt
 		} else {
 			// A round that ended without its turn's end (a stall, a failed
 			// start, the daemon stopping) may leave the turn running: the
@@ -265,15 +373,15 @@ func (a *appServerActor) Receive(c *actor.Context) {
 	case loginIs:
 		a.login = m.pid
 	case keyChecked:
-		if m.seq == a.keying {
-			a.keying = 0
-			if a.proc != nil {
-				a.flushQueue()
-			}
+		if a.phase == phaseKeyCheck && m.seq == a.keys.waiting {
+			a.keys.waiting = 0
+			a.enter(phaseReady)
+			a.flushQueue()
 		}
 	case tick:
+		_ = a.cooled()
 		a.unloadIdle()
-		if (a.threads.active() > 0 || len(a.calls) > 0) && time.Since(a.lastHeard) >= a.healthTimeout() {
+		if (a.threads.router.active() > 0 || len(a.calls.inflight) > 0) && time.Since(a.health.lastHeard) >= a.healthTimeout() {
 			// Rounds wait on (or are opening threads in) a process that
 			// has said nothing for a health call's length: make sure it
 			// still answers, before their calls run out of time.
@@ -281,7 +389,7 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		}
 		switch {
 		case !a.idle():
-		case time.Since(a.lastUse) >= a.cfg.IdleTimeout:
+		case time.Since(a.use.last) >= a.cfg.IdleTimeout:
 			a.cfg.Metrics.Evictions.WithLabelValues("idle").Inc()
 			a.evict("idle for " + a.cfg.IdleTimeout.String())
 		default:
@@ -302,39 +410,39 @@ func (a *appServerActor) command(m any) {
 	if c, ok := m.(appCall); ok && (c.setup || c.ifLive) {
 		// The login actor's own setup call: it runs on the live process,
 		// ahead of what waits for it, or not at all.
-		if a.proc != nil {
+		if a.phase.live() {
 			a.run(m)
 		} else if !c.ifLive {
 			a.refuse(m, errors.New("no codex app-server is running"))
 		}
 		return
 	}
-	if a.proc != nil {
+	if a.phase.live() {
 		if _, err := os.Stat(a.home); err != nil {
 			// The home was removed under the running CLI (a recreated
 			// volume): start afresh, which recreates it and has the stored
 			// key written again.
 			a.log.Warn("the codex home disappeared; restarting the app-server", "err", err)
 			a.evict("its home was removed")
-		} else if a.keying == 0 {
+		} else if a.phase == phaseReady {
 			a.checkKey()
 		}
 	}
-	if a.proc != nil && a.keying == 0 {
+	switch a.phase {
+	case phaseReady:
 		a.run(m)
 		return
-	}
-	if a.proc == nil && !a.starting {
-		if err := a.coolingErr(); err != nil {
+	case phaseIdle, phaseCooling:
+		if err := a.cooled(); err != nil {
 			a.refuse(m, err)
 			return
 		}
 	}
-	if o, ok := m.(openThread); ok && a.proc == nil {
+	if o, ok := m.(openThread); ok && !a.phase.live() {
 		a.engine.Send(o.round, appServerStarting{})
 	}
 	a.queue = append(a.queue, m)
-	if a.proc == nil && !a.starting {
+	if a.phase == phaseIdle {
 		a.start()
 	}
 }
@@ -396,7 +504,7 @@ func tickInterval(idle time.Duration) time.Duration {
 // idle reports a live process that serves no round and no login, and
 // has no call in flight or waiting.
 func (a *appServerActor) idle() bool {
-	return a.proc != nil && a.threads.active() == 0 && a.pinned == nil && len(a.calls) == 0 && len(a.queue) == 0
+	return a.phase.live() && a.threads.router.active() == 0 && a.pinned == nil && len(a.calls.inflight) == 0 && len(a.queue) == 0
 }
 
 // holdCap reports this app-server's use to the cap actor, which asks the
@@ -405,7 +513,7 @@ func (a *appServerActor) idle() bool {
 // node over the cap until an app-server reports itself idle (on unpin,
 // unsubscribe, a call's end and every tick).
 func (a *appServerActor) holdCap() {
-	if a.proc != nil {
+	if a.phase.live() {
 		a.report(false)
 	}
 }
@@ -414,8 +522,8 @@ func (a *appServerActor) holdCap() {
 // cap actor hears of it when the process turns busy or idle, and at most
 // once a second otherwise.
 func (a *appServerActor) touch() {
-	a.lastUse = time.Now()
-	if a.proc != nil && (a.idle() == a.reportedBusy || a.lastUse.Sub(a.reported) >= time.Second) {
+	a.use.last = time.Now()
+	if a.phase.live() && (a.idle() == a.use.busy || a.use.last.Sub(a.use.reported) >= time.Second) {
 		a.report(false)
 	}
 }
@@ -423,8 +531,8 @@ func (a *appServerActor) touch() {
 // report tells the cap actor about the live process.
 func (a *appServerActor) report(started bool) {
 	busy := !a.idle()
-	a.reported, a.reportedBusy = a.lastUse, busy
-	a.engine.Send(a.cap, liveUse{pid: a.self, lastUse: a.lastUse, busy: busy, started: started})
+	a.use.reported, a.use.busy = a.use.last, busy
+	a.engine.Send(a.cap, liveUse{pid: a.self, lastUse: a.use.last, busy: busy, started: started})
 }
 
 // gone tells the cap actor (and the user actor) that the process is gone.

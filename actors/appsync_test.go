@@ -97,8 +97,15 @@ func TestHungOpenThreadSynctest(t *testing.T) {
 		user := e.SpawnFunc(func(c *actor.Context) {
 			switch m := c.Message().(type) {
 			case actor.Started:
-				spawned <- c.SpawnChild(newAppServerActor(&cfg, "sy", home, store.NewCredentials(t.TempDir()), registry, capStub),
-					"codex", spawnOpts("main", cfg.Logger, nil)...)
+				// The actor is in phaseStarting, as after a start's launch,
+				// so that it takes the process handed over below.
+				produce := newAppServerActor(&cfg, "sy", home, store.NewCredentials(t.TempDir()), registry, capStub)
+				starting := func() actor.Receiver {
+					r := produce()
+					r.(*appServerActor).phase = phaseStarting
+					return r
+				}
+				spawned <- c.SpawnChild(starting, "codex", spawnOpts("main", cfg.Logger, nil)...)
 			case appServerLive:
 				live <- m.live
 			}

@@ -58,7 +58,7 @@ func (a *appServerActor) open(m openThread) {
 		})
 		return
 	}
-	if lt, ok := a.loaded[m.threadID]; ok && lt.fingerprint == fp && m.round != nil {
+	if lt, ok := a.threads.loaded[m.threadID]; ok && lt.fingerprint == fp && m.round != nil {
 		a.cfg.Metrics.WarmThreads.Inc()
 		a.opened(m, m.threadID, lt.model, fp, true)
 		return
@@ -75,7 +75,7 @@ func (a *appServerActor) resume(m openThread, fp string) {
 		if err != nil && !errors.Is(err, codexrpc.ErrClosed) {
 			a.log.Debug("unsubscribing the thread before resuming it", "err", err)
 		}
-		if gen != a.gen || a.proc == nil {
+		if gen != a.gen || !a.phase.live() {
 			if err == nil {
 				err = errors.New("the codex app-server restarted while the thread was opening")
 			}
@@ -86,7 +86,7 @@ func (a *appServerActor) resume(m openThread, fp string) {
 		// What the thread says from here on (its MCP servers' startup) is
 		// this round's: the unsubscribe's answer came after anything the
 		// thread said before.
-		a.threads.reopen(id)
+		a.threads.router.reopen(id)
 		a.call(codexproto.MethodThreadResume, codexproto.ThreadResumeParams{
 			ThreadID: id, Cwd: m.settings.Cwd, Sandbox: m.settings.Sandbox,
 			ApprovalPolicy: m.settings.ApprovalPolicy, DeveloperInstructions: m.settings.DeveloperInstructions,
@@ -107,7 +107,7 @@ func (a *appServerActor) resume(m openThread, fp string) {
 // opened records a loaded thread and subscribes the round to it: the
 // round hears of its thread first, then what the thread said before.
 func (a *appServerActor) opened(m openThread, threadID, model, fp string, warm bool) {
-	a.loaded[threadID] = loadedThread{fingerprint: fp, model: model, lastUse: time.Now(), key: m.settings.mcp.key, front: m.settings.mcp.bound}
+	a.threads.loaded[threadID] = loadedThread{fingerprint: fp, model: model, lastUse: time.Now(), key: m.settings.mcp.key, front: m.settings.mcp.bound}
 	a.unbindOpen(m)
 	if m.round == nil { // a warm-up
 		a.warmed(m.warmReply, nil)
@@ -116,7 +116,7 @@ func (a *appServerActor) opened(m openThread, threadID, model, fp string, warm b
 	a.engine.Send(m.round, threadOpenResult{threadID: threadID, resumed: m.threadID != "", warm: warm,
 		model: model, version: a.version})
 	a.limits.begin(threadID)
-	for _, n := range a.threads.subscribe(subscribe{threadID: threadID, round: m.round, autoApprove: m.autoApprove}) {
+	for _, n := range a.threads.router.subscribe(subscribe{threadID: threadID, round: m.round, autoApprove: m.autoApprove}) {
 		a.engine.Send(m.round, roundNote{note: n})
 	}
 	a.touch()
@@ -140,20 +140,20 @@ func (a *appServerActor) warm(m warmUp) {
 		a.warmed(m.reply, nil)
 		return
 	}
-	a.warming[m.key] = append(a.warming[m.key], m)
+	a.threads.warming[m.key] = append(a.threads.warming[m.key], m)
 	a.engine.Send(a.registry, lookupThread{key: m.key, round: a.self})
 }
 
 // looked continues the warm-ups of a mesh thread with its registry entry.
 func (a *appServerActor) looked(l threadLookup) {
-	ws := a.warming[l.key]
-	delete(a.warming, l.key)
+	ws := a.threads.warming[l.key]
+	delete(a.threads.warming, l.key)
 	for _, w := range ws {
-		if l.threadID == "" || a.proc == nil {
+		if l.threadID == "" || !a.phase.live() {
 			a.warmed(w.reply, nil) // nothing to load (a new mesh thread), or the process is gone
 			continue
 		}
-		if _, busy := a.threads.lookup(l.threadID); busy {
+		if _, busy := a.threads.router.lookup(l.threadID); busy {
 			a.warmed(w.reply, nil) // a round runs in it: loaded, and not to be reloaded under the round
 			continue
 		}
@@ -163,7 +163,7 @@ func (a *appServerActor) looked(l threadLookup) {
 			continue
 		}
 		fp := o.settings.fingerprint()
-		if lt, ok := a.loaded[l.threadID]; ok && lt.fingerprint == fp {
+		if lt, ok := a.threads.loaded[l.threadID]; ok && lt.fingerprint == fp {
 			a.opened(o, l.threadID, lt.model, fp, true)
 			continue
 		}
@@ -182,11 +182,11 @@ func (a *appServerActor) warmed(to *actor.PID, err error) {
 
 // unloadIdle unloads the threads no round used for ThreadIdle.
 func (a *appServerActor) unloadIdle() {
-	if a.proc == nil {
+	if !a.phase.live() {
 		return
 	}
-	for id, lt := range a.loaded {
-		if _, busy := a.threads.lookup(id); busy || time.Since(lt.lastUse) < a.cfg.ThreadIdle {
+	for id, lt := range a.threads.loaded {
+		if _, busy := a.threads.router.lookup(id); busy || time.Since(lt.lastUse) < a.cfg.ThreadIdle {
 			continue
 		}
 		a.unload(id)
@@ -213,9 +213,9 @@ func (a *appServerActor) unloadIdle() {
 // nobody runs). Rate-limit updates go to every running round (a usage
 // limit's reset time) as well as to a login session.
 func (a *appServerActor) route(n *codexrpc.Notification) {
-	d, err := noteHeadAfter(n.Params, &a.lastHead) // once, for the round too
+	d, err := noteHeadAfter(n.Params, &a.threads.lastHead) // once, for the round too
 	if err == nil {
-		a.lastHead = d
+		a.threads.lastHead = d
 	}
 	hd := header{d: d, err: err}
 	threadID, ok := d.ThreadID, err == nil
@@ -224,7 +224,7 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 			return
 		}
 	}
-	parent, _ := a.children.note(n)
+	parent, _ := a.threads.children.note(n)
 	if threadID == "" && parent != "" {
 		threadID = parent // a child's thread/started: its parent's round hears of it
 	}
@@ -234,14 +234,14 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 			a.engine.Send(a.pinned, accountNote{note: n})
 		}
 		if n.Method == codexproto.NoteRateLimitsUpdated {
-			for _, round := range a.threads.rounds() {
+			for _, round := range a.threads.router.rounds() {
 				a.toRound(round, n, hd)
 			}
 		}
 		return
 	}
-	round, ok := a.threads.route(a.children.root(threadID), n)
-	if ok && n.Method == codexproto.NoteTurnCompleted && a.children.root(threadID) == threadID {
+	round, ok := a.threads.router.route(a.threads.children.root(threadID), n)
+	if ok && n.Method == codexproto.NoteTurnCompleted && a.threads.children.root(threadID) == threadID {
 		if res := a.limits.met(threadID, a.cfg.Metrics); res != "" {
 			a.sendRouted() // what came before, then the limit, then the end
 			a.engine.Send(round, limitMet{resource: res})
@@ -266,20 +266,20 @@ type routed struct {
 
 // toRound routes n to round, after what is routed to another round.
 func (a *appServerActor) toRound(round *actor.PID, n *codexrpc.Notification, hd header) {
-	if a.routed.to != nil && !a.routed.to.Equals(round) {
+	if a.threads.routed.to != nil && !a.threads.routed.to.Equals(round) {
 		a.sendRouted()
 	}
-	a.routed.to = round
-	a.routed.notes = append(a.routed.notes, n)
-	a.routed.heads = append(a.routed.heads, hd)
+	a.threads.routed.to = round
+	a.threads.routed.notes = append(a.threads.routed.notes, n)
+	a.threads.routed.heads = append(a.threads.routed.heads, hd)
 }
 
 // sendRouted sends the notifications toRound gathered.
 func (a *appServerActor) sendRouted() {
-	if r := a.routed; len(r.notes) > 0 {
+	if r := a.threads.routed; len(r.notes) > 0 {
 		a.engine.Send(r.to, roundNotes{notes: r.notes, heads: r.heads})
 	}
-	a.routed = routed{}
+	a.threads.routed = routed{}
 }
 
 // MCPStartupReported is broadcast on the engine's event stream for every
@@ -311,7 +311,7 @@ func (a *appServerActor) mcpStartup(threadID string, n *codexrpc.Notification, r
 		return
 	}
 	ev := MCPStartupReported{User: a.user, ThreadID: threadID, Server: s.Name, Status: s.Status, Round: round,
-		Kept: round == nil && a.threads.keeps(threadID)}
+		Kept: round == nil && a.threads.router.keeps(threadID)}
 	if s.Error != nil {
 		ev.Error = a.redact.Redact(scrubURLs(*s.Error))
 		if len(ev.Error) > maxMCPErrorLen {
@@ -347,10 +347,10 @@ func scrubURLs(text string) string {
 // which answers m.reply itself once its caller did or the deadline passed.
 func (a *appServerActor) answer(m codexServerRequest) serverAnswer {
 	threadID, _ := threadOf(m.req.Params)
-	root := a.children.root(threadID) // a child agent's request is its round's
-	s, ok := a.threads.lookup(root)
-	if ok && a.askers[s.round.ID] != nil {
-		log := a.askers[s.round.ID]
+	root := a.threads.children.root(threadID) // a child agent's request is its round's
+	s, ok := a.threads.router.lookup(root)
+	if ok && a.threads.askers[s.round.ID] != nil {
+		log := a.threads.askers[s.round.ID]
 		child := ""
 		if root != threadID {
 			child = threadID

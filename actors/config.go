@@ -145,6 +145,9 @@ type Config struct {
 	// roundPhases, when set (by tests), hears every phase a round
 	// enters, in order, on the round's goroutine.
 	roundPhases func(roundID string, p roundPhase)
+	// onPhase, when set (by tests), hears every change of phase of every
+	// app-server actor, the refused ones too, on that actor's goroutine.
+	onPhase func(phaseChange)
 }
 
 // Placement says which cluster member serves a user. cluster.Node

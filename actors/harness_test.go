@@ -47,6 +47,13 @@ func newHarness(t testing.TB, mutate func(*Config)) *harness {
 		Overrides: codexhome.Overrides(model.URL()),
 		Logger:    testLogger(t),
 		StopGrace: time.Second,
+		// Every test of the tree checks that its app-server actors change
+		// phase only as the table allows (appphase.go).
+		onPhase: func(c phaseChange) {
+			if c.refused {
+				t.Errorf("app-server of %s: phase change %s → %s refused", c.user, c.from, c.to)
+			}
+		},
 	}
 	if mutate != nil {
 		mutate(&cfg)

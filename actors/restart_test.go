@@ -77,7 +77,7 @@ func TestRestartPolicyTable(t *testing.T) {
 func TestRestartBackoffJitteredExponential(t *testing.T) {
 	cfg := &Config{RestartBackoff: 100 * time.Millisecond, RestartBackoffMax: time.Second,
 		RestartWindow: time.Minute, RestartLimit: 100, Cooldown: time.Minute, Logger: slog.New(slog.DiscardHandler)}
-	a := &appServerActor{cfg: cfg, log: cfg.Logger, restarts: newRestartPolicy(cfg)}
+	a := &appServerActor{appWiring: appWiring{cfg: cfg, log: cfg.Logger}, restarts: appRestarts{restartPolicy: newRestartPolicy(cfg)}}
 	if d := a.backoff(); d != 0 {
 		t.Fatalf("backoff with no crash = %v, want 0", d)
 	}

@@ -123,14 +123,14 @@ func TestRoundPhaseTransitions(t *testing.T) {
 	}
 }
 
-// phaseLog records the phases each round of a tree enters, through
+// roundPhaseLog records the phases each round of a tree enters, through
 // Config.roundPhases.
-type phaseLog struct {
+type roundPhaseLog struct {
 	mu     sync.Mutex
 	rounds map[string][]roundPhase
 }
 
-func (pl *phaseLog) hook(c *Config) {
+func (pl *roundPhaseLog) hook(c *Config) {
 	c.roundPhases = func(id string, p roundPhase) {
 		pl.mu.Lock()
 		defer pl.mu.Unlock()
@@ -143,7 +143,7 @@ func (pl *phaseLog) hook(c *Config) {
 
 // check compares the phases round id went through (all of them: the
 // round concluded before its verdict came) with want.
-func (pl *phaseLog) check(t *testing.T, what, id string, want ...roundPhase) {
+func (pl *roundPhaseLog) check(t *testing.T, what, id string, want ...roundPhase) {
 	t.Helper()
 	pl.mu.Lock()
 	got := slices.Clone(pl.rounds[id])
@@ -159,7 +159,7 @@ func (pl *phaseLog) check(t *testing.T, what, id string, want ...roundPhase) {
 // falls back to a fresh thread seeded with the journal.
 func TestRoundPhasesFreshWarmResumedFallBack(t *testing.T) {
 	record := filepath.Join(t.TempDir(), "received.jsonl")
-	var pl phaseLog
+	var pl roundPhaseLog
 	h, _ := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}), pl.hook)
 	c := h.caller()
 	const key = "mesh/phases"
@@ -214,7 +214,7 @@ func TestRoundPhasesFreshWarmResumedFallBack(t *testing.T) {
 // An interrupted round: its turn running, the caller's interrupt, the
 // turn's end.
 func TestRoundPhasesInterrupted(t *testing.T) {
-	var pl phaseLog
+	var pl roundPhaseLog
 	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), pl.hook)
 	c := h.caller()
 	h.heldRound(c, messages.StartRound{User: "ivo", Thread: "mesh/int", Text: "hold", RoundID: "ph-int"})
@@ -226,7 +226,7 @@ func TestRoundPhasesInterrupted(t *testing.T) {
 // turn/start (the turn never has an id).
 func TestRoundPhasesAppServerDies(t *testing.T) {
 	t.Run("running", func(t *testing.T) {
-		var pl phaseLog
+		var pl roundPhaseLog
 		h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), pl.hook)
 		c := h.caller()
 		h.roundAsync(c, messages.StartRound{User: "kit", Thread: "mesh/die", Text: "hold", RoundID: "ph-die"})
@@ -240,7 +240,7 @@ func TestRoundPhasesAppServerDies(t *testing.T) {
 			phaseRunning, phaseSaving, phaseConcluded)
 	})
 	t.Run("turn start", func(t *testing.T) {
-		var pl phaseLog
+		var pl roundPhaseLog
 		h, _ := supHarness(t, withFake(t, fakeappserver.Config{ExitOnMethod: "turn/start", ExitCode: 3}), pl.hook)
 		c := h.caller()
 		r := h.round(c, messages.StartRound{User: "kit", Thread: "mesh/die", Text: "hi", RoundID: "ph-die-start"})
@@ -258,7 +258,7 @@ func stubPhaseRound(t *testing.T, onOpen func(c *actor.Context, m openThread),
 	onTurnStart func(c *actor.Context, m appCall)) (messages.RoundFinished, []roundPhase) {
 	t.Helper()
 	cfg, e := stubEngine(t)
-	var pl phaseLog
+	var pl roundPhaseLog
 	pl.hook(cfg)
 	registry := stubRegistry(e, nil)
 	verdicts := make(chan messages.RoundFinished, 1)

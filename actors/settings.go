@@ -100,7 +100,7 @@ func (a *appServerActor) bindOpen(m openThread) (openThread, error) {
 	}
 	m.settings = s
 	if s.mcp.bound {
-		a.opening[s.mcp.key]++
+		a.threads.opening[s.mcp.key]++
 		// The URL's id stands for the token on the host's loopback: out of
 		// the CLI's stderr and its MCP startup errors in the log too.
 		a.redact.Add(a.cfg.MCPFront.Bind(s.mcp.key))
@@ -114,8 +114,8 @@ func (a *appServerActor) unbindOpen(m openThread) {
 		return
 	}
 	k := m.settings.mcp.key
-	if a.opening[k]--; a.opening[k] <= 0 {
-		delete(a.opening, k)
+	if a.threads.opening[k]--; a.threads.opening[k] <= 0 {
+		delete(a.threads.opening, k)
 	}
 	a.release(k)
 }
@@ -123,10 +123,10 @@ func (a *appServerActor) unbindOpen(m openThread) {
 // release has the front forget key unless an open in flight or a loaded
 // thread still uses it.
 func (a *appServerActor) release(key mcpfront.Key) {
-	if a.cfg.MCPFront == nil || a.opening[key] > 0 {
+	if a.cfg.MCPFront == nil || a.threads.opening[key] > 0 {
 		return
 	}
-	for _, lt := range a.loaded {
+	for _, lt := range a.threads.loaded {
 		if lt.front && lt.key == key {
 			return
 		}
@@ -137,11 +137,11 @@ func (a *appServerActor) release(key mcpfront.Key) {
 // unload drops threadID from the threads the process holds, releasing its
 // front key.
 func (a *appServerActor) unload(threadID string) {
-	lt, ok := a.loaded[threadID]
+	lt, ok := a.threads.loaded[threadID]
 	if !ok {
 		return
 	}
-	delete(a.loaded, threadID)
+	delete(a.threads.loaded, threadID)
 	if lt.front {
 		a.release(lt.key)
 	}
@@ -150,13 +150,13 @@ func (a *appServerActor) unload(threadID string) {
 // unloadAll drops every thread (the process is gone); at the actor's end
 // (final) the keys of opens in flight go too.
 func (a *appServerActor) unloadAll(final bool) {
-	for id := range a.loaded {
+	for id := range a.threads.loaded {
 		a.unload(id)
 	}
 	if final && a.cfg.MCPFront != nil {
-		for k := range a.opening {
+		for k := range a.threads.opening {
 			a.cfg.MCPFront.Forget(k)
 		}
-		clear(a.opening)
+		clear(a.threads.opening)
 	}
 }

@@ -65,6 +65,11 @@ type Config struct {
 	StderrTailBytes int
 	// Conn configures the connection; its OnEOF is set by the Process.
 	Conn codexrpc.Options
+	// Record, when set, is the home's pid record: Start writes it once the
+	// process runs (naming the Wrapper's program when there is one, else
+	// Binary; never the Prefix), and the exit removes it if it still names
+	// this process, before Exited is closed.
+	Record *PidRecord
 }
 
 // Process is a running app-server and its connection.
@@ -206,6 +211,17 @@ func Start(cfg Config) (*Process, error) {
 	}
 	if st, err := procs.StartTime(p.pid); err == nil {
 		p.startTime = st
+		if cfg.Record != nil {
+			// The record names the program the pid ends up as: the
+			// sandbox's, or the CLI's; not the cgroup join's shell.
+			exe := cfg.Binary
+			if len(cfg.Wrapper) > 0 {
+				exe = cfg.Wrapper[0] // the pid is bubblewrap's
+			}
+			if err := cfg.Record.write(p.pid, st, exe); err != nil {
+				cfg.Logger.Warn("recording the app-server's pid", "err", err)
+			}
+		}
 	}
 	opts := cfg.Conn
 	opts.OnEOF = p.exitCause
@@ -224,7 +240,8 @@ func (p *Process) Conn() *codexrpc.Conn { return p.conn }
 // PID is the process id, which is also its process group id.
 func (p *Process) PID() int { return p.pid }
 
-// Exited is closed as soon as the process has exited.
+// Exited is closed as soon as the process has exited (and its pid record,
+// if it still named the process, is gone).
 func (p *Process) Exited() <-chan struct{} { return p.exited }
 
 // ExitStatus is how the process ended; valid once Exited is closed.
@@ -245,7 +262,7 @@ func (p *Process) StderrTail() string {
 }
 
 // wait observes the exit at once (cmd.Wait, no polling), then removes what
-// is left of the process group.
+// is left of the process group, and the pid record if it is still ours.
 func (p *Process) wait() {
 	defer close(p.waitDone)
 	err := p.cmd.Wait()
@@ -264,6 +281,9 @@ func (p *Process) wait() {
 	p.exit = st
 	// Helpers the CLI started live in its group; they must not outlive it.
 	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	if r := p.cfg.Record; r != nil && p.startTime != 0 {
+		r.remove(p.pid, p.startTime)
+	}
 	close(p.exited)
 	// A helper outside the group may still hold stdout open, and then the
 	// reader would never see the end: past the drain interval, close our
