@@ -49,7 +49,7 @@ func TestAppPhaseTransitions(t *testing.T) {
 			want := allowed[[2]appPhase{from, to}]
 			t.Run(fmt.Sprintf("%s→%s", from, to), func(t *testing.T) {
 				var heard []phaseChange
-				cfg := &Config{onPhase: func(c phaseChange) { heard = append(heard, c) }}
+				cfg := &tree{hooks: hooks{onPhase: func(c phaseChange) { heard = append(heard, c) }}}
 				a := &appServerActor{appWiring: appWiring{cfg: cfg, user: "u", log: slog.New(slog.DiscardHandler)}, phase: from}
 				if got := a.enter(to); got != want {
 					t.Errorf("enter = %v, want %v", got, want)
@@ -86,9 +86,9 @@ type appPhaseLog struct {
 
 // withPhases records the phase changes into the returned log, after the
 // hook newHarness set (which fails the test on a refused change).
-func withPhases() (func(*Config), *appPhaseLog) {
+func withPhases() (func(*tree), *appPhaseLog) {
 	l := &appPhaseLog{changed: make(chan struct{})}
-	return func(c *Config) {
+	return func(c *tree) {
 		prev := c.onPhase
 		c.onPhase = func(pc phaseChange) {
 			if prev != nil {
@@ -187,7 +187,7 @@ func TestAppPhasesFirstStart(t *testing.T) {
 func TestAppPhasesCrashThenBackoff(t *testing.T) {
 	rec, phases := withPhases()
 	h, _ := supHarness(t, withFake(t, fakeappserver.Config{ExitOnMethod: "turn/start", ExitCode: 3}), rec,
-		func(c *Config) { c.RestartBackoff = 50 * time.Millisecond })
+		func(c *tree) { c.RestartBackoff = 50 * time.Millisecond })
 	c := h.caller()
 	mustStatus(t, h.round(c, messages.StartRound{User: "bob", Thread: "mesh/p", Text: "one", RoundID: "pc-1"}), messages.StatusFailed)
 	phases.wait(t, "bob", "idle after the death", reaches(5, phaseIdle))
@@ -202,7 +202,7 @@ func TestAppPhasesCrashThenBackoff(t *testing.T) {
 // cools down, and a round in the cool-down is refused without a start.
 func TestAppPhasesRestartLimitCooling(t *testing.T) {
 	rec, phases := withPhases()
-	h, _ := supHarness(t, rec, func(c *Config) {
+	h, _ := supHarness(t, rec, func(c *tree) {
 		c.CodexBin = filepath.Join(t.TempDir(), "no-such-codex")
 		c.RestartLimit = 2
 		c.RestartWindow = time.Minute
@@ -225,7 +225,7 @@ func TestAppPhasesRestartLimitCooling(t *testing.T) {
 // An app-server idle for IdleTimeout is stopped: ready, then idle.
 func TestAppPhasesIdleStop(t *testing.T) {
 	rec, phases := withPhases()
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}), rec, func(c *Config) { c.IdleTimeout = 200 * time.Millisecond })
+	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}), rec, func(c *tree) { c.IdleTimeout = 200 * time.Millisecond })
 	c := h.caller()
 	mustStatus(t, h.round(c, messages.StartRound{User: "dan", Thread: "mesh/p", Text: "hi"}), messages.StatusCompleted)
 	got := phases.wait(t, "dan", "the idle stop", reaches(5, phaseIdle))

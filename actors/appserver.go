@@ -121,7 +121,7 @@ type appServerActor struct {
 // talks to: fixed for its life, but for login and pinned, which the user
 // actor and the login actor set.
 type appWiring struct {
-	cfg    *Config
+	cfg    *tree
 	user   string
 	home   string
 	log    *slog.Logger
@@ -250,7 +250,7 @@ func (s *appSpawned) close() []appProcess {
 	return all
 }
 
-func newAppServerActor(cfg *Config, user, home string, creds *store.Credentials, registry, cap *actor.PID) actor.Producer {
+func newAppServerActor(cfg *tree, user, home string, creds *store.Credentials, registry, cap *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &appServerActor{
 			appWiring: appWiring{

@@ -69,11 +69,8 @@ func TestHungOpenThreadSynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const callTimeout = 4 * time.Second
 		m := NewMetrics(nil)
-		cfg := Config{Homes: t.TempDir(), Workspace: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
-			CallTimeout: callTimeout, Metrics: m}
-		if err := cfg.setDefaults(); err != nil {
-			t.Fatal(err)
-		}
+		cfg := *mustTree(t, Config{Homes: t.TempDir(), Workspace: t.TempDir(), CallTimeout: callTimeout},
+			Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m})
 		e, err := actor.NewEngine(actor.NewEngineConfig())
 		if err != nil {
 			t.Fatal(err)

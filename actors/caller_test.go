@@ -77,10 +77,9 @@ func TestCallerGoneInterruptsRound(t *testing.T) {
 	cfg := Config{
 		Homes: homes, Workspace: t.TempDir(), CodexBin: bin,
 		Overrides: append(codexhome.Overrides(model.URL()), "features.shell_snapshot=false"),
-		Logger:    testLogger(t), StopGrace: time.Second,
-		CallerGrace: 300 * time.Millisecond,
+		StopGrace: time.Second, CallerGrace: 300 * time.Millisecond,
 	}
-	root, err := SpawnRoot(de, cfg)
+	root, err := SpawnRoot(de, cfg, Deps{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

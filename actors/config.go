@@ -17,7 +17,10 @@ import (
 	"github.com/meshweaver/supervisor/store"
 )
 
-// Config is what the actor tree needs from the daemon.
+// Config is the actor tree's settings: plain values an operator sets with
+// serve's flags. Homes and Workspace are required; a zero field takes the
+// default it names. What the tree works with at run time (its log, its
+// counters, the cluster, the node's isolation) is in Deps.
 type Config struct {
 	// Homes is the root of the users' folders; a user's CODEX_HOME is
 	// {Homes}/{user}/.codex.
@@ -89,9 +92,6 @@ type Config struct {
 	// for that long (default 10 minutes).
 	MaxUsers int
 	UserIdle time.Duration
-	// Hold, when set, keeps the remote stream to a caller's address alive
-	// while a round replies to it; the round calls release at its verdict.
-	Hold func(addr string) (release func())
 	// StopGrace is each polite step of stopping an app-server (default 2s).
 	StopGrace time.Duration
 	// Rounds outlive their connection: a round whose callers are all gone
@@ -107,6 +107,23 @@ type Config struct {
 	RoundLogBytes  int
 	KeptRounds     int
 	UserLogBytes   int
+	// Member is this daemon's cluster member id ("" outside a cluster). It
+	// goes, with the kernel's boot id, into each app-server's pid record,
+	// so a member reaping at its start leaves the other members' alone
+	// (ReapMemberOrphans).
+	Member string
+}
+
+// Deps are the tree's runtime dependencies: what it shares with the rest
+// of the daemon (its log, its counters, the cluster's placement, the MCP
+// front, the node's isolation and limits, the transport's stream holds),
+// as opposed to Config's settings, which are plain values. Nil fields are
+// the tree on its own: no cluster, no front, no isolation, no limits.
+type Deps struct {
+	// Logger receives everything (slog.Default when nil).
+	Logger *slog.Logger
+	// Metrics receives the counters (unregistered ones when nil).
+	Metrics *Metrics
 	// Isolation separates the users' app-servers (their uids, their
 	// sandboxes); nil starts them all as the daemon's user with its view of
 	// the files, as the fakes of the tests need. serve always sets it.
@@ -130,23 +147,29 @@ type Config struct {
 	// and relays those owned elsewhere (relay.go). Nil: this daemon serves
 	// every user.
 	Placement Placement
-	// Member is this daemon's cluster member id ("" outside a cluster). It
-	// goes, with the kernel's boot id, into each app-server's pid record,
-	// so a member reaping at its start leaves the other members' alone
-	// (ReapMemberOrphans).
-	Member string
-	// Logger receives everything (slog.Default when nil).
-	Logger *slog.Logger
-	// Metrics receives the counters (unregistered ones when nil).
-	Metrics *Metrics
+	// Hold, when set, keeps the remote stream to a caller's address alive
+	// while a round replies to it; the round calls release at its verdict.
+	Hold func(addr string) (release func())
+}
+
+// tree is what every actor of the tree holds: the settings, the
+// dependencies, and the state the tree itself keeps across its actors.
+type tree struct {
+	Config
+	Deps
 
 	rounds *gate         // rounds admitted and not yet given a verdict
 	sample *edge.Sampler // log lines about rejected input: 10 per reason per minute
-	// roundPhases, when set (by tests), hears every phase a round
-	// enters, in order, on the round's goroutine.
+	hooks
+}
+
+// hooks let the tests hear what the hub actors do; nil in the daemon.
+type hooks struct {
+	// roundPhases hears every phase a round enters, in order, on the
+	// round's goroutine.
 	roundPhases func(roundID string, p roundPhase)
-	// onPhase, when set (by tests), hears every change of phase of every
-	// app-server actor, the refused ones too, on that actor's goroutine.
+	// onPhase hears every change of phase of every app-server actor, the
+	// refused ones too, on that actor's goroutine.
 	onPhase func(phaseChange)
 }
 
@@ -277,15 +300,22 @@ func (c *Config) setDefaults() error {
 	if c.UserLogBytes <= 0 {
 		c.UserLogBytes = 32 << 20
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Metrics == nil {
-		c.Metrics = NewMetrics(nil)
-	}
-	c.rounds = &gate{}
-	c.sample = edge.NewSampler(10, time.Minute)
 	return nil
+}
+
+// newTree checks cfg, fills in its defaults and deps' (slog.Default,
+// unregistered counters), and makes the tree's own state.
+func newTree(cfg Config, deps Deps) (*tree, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = NewMetrics(nil)
+	}
+	return &tree{Config: cfg, Deps: deps, rounds: &gate{}, sample: edge.NewSampler(10, time.Minute)}, nil
 }
 
 // CheckBounds checks the operator's bounds on rounds' sandbox and approval

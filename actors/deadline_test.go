@@ -21,7 +21,7 @@ func TestStallInterruptsTurn(t *testing.T) {
 	// CLI, descheduled on a loaded machine, can be silent for a second
 	// between two notifications of a normal turn.
 	const stall = 3 * time.Second
-	h, _ := supHarness(t, realCLI, func(c *Config) { c.StallTimeout = stall })
+	h, _ := supHarness(t, realCLI, func(c *tree) { c.StallTimeout = stall })
 	c := h.caller()
 	h.model.Enqueue(mockmodel.Text("thinking ").Hang())
 	start := time.Now()
@@ -52,7 +52,7 @@ func TestDeadlineOnHungRPC(t *testing.T) {
 	// on a loaded machine: with 1s the round failed initializing instead.
 	const callTimeout = hungCallTimeout
 	h, _ := supHarness(t, withFake(t, fakeappserver.Config{HangOnMethod: "thread/start"}),
-		func(c *Config) { c.CallTimeout = callTimeout })
+		func(c *tree) { c.CallTimeout = callTimeout })
 	c := h.caller()
 	start := time.Now()
 	h.roundAsync(c, messages.StartRound{User: "alice", Thread: "mesh/d", Text: "hi", RoundID: "d-1"})

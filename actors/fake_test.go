@@ -12,13 +12,13 @@ import (
 )
 
 // fakeHarness runs the tree against the fake app-server configured by fc.
-func fakeHarness(t *testing.T, fc fakeappserver.Config, mutate func(*Config)) *harness {
+func fakeHarness(t *testing.T, fc fakeappserver.Config, mutate func(*tree)) *harness {
 	t.Helper()
 	l, err := fakeappserver.Relaunch(fc, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newHarness(t, func(c *Config) {
+	return newHarness(t, func(c *tree) {
 		c.CodexBin, c.CodexArgs = l.Path, l.Args
 		c.CodexEnv = append(c.CodexEnv, l.Env...)
 		c.Overrides = nil

@@ -22,10 +22,10 @@ type harness struct {
 	engine *actor.Engine
 	root   *actor.PID
 	model  *mockmodel.Server
-	cfg    Config
+	cfg    *tree // as spawned: defaults filled in
 }
 
-func newHarness(t testing.TB, mutate func(*Config)) *harness {
+func newHarness(t testing.TB, mutate func(*tree)) *harness {
 	t.Helper()
 	bin, err := codexhome.CodexBin()
 	if err != nil {
@@ -40,29 +40,28 @@ func newHarness(t testing.TB, mutate func(*Config)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{
+	cfg := tree{Config: Config{
 		Homes:     t.TempDir(),
 		Workspace: t.TempDir(),
 		CodexBin:  bin,
 		Overrides: codexhome.Overrides(model.URL()),
-		Logger:    testLogger(t),
 		StopGrace: time.Second,
-		// Every test of the tree checks that its app-server actors change
-		// phase only as the table allows (appphase.go).
-		onPhase: func(c phaseChange) {
-			if c.refused {
-				t.Errorf("app-server of %s: phase change %s → %s refused", c.user, c.from, c.to)
-			}
-		},
+	}, Deps: Deps{Logger: testLogger(t)}}
+	// Every test of the tree checks that its app-server actors change
+	// phase only as the table allows (appphase.go).
+	cfg.onPhase = func(c phaseChange) {
+		if c.refused {
+			t.Errorf("app-server of %s: phase change %s → %s refused", c.user, c.from, c.to)
+		}
 	}
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	root, err := SpawnRoot(e, cfg)
+	tr, root, err := spawnTree(e, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, engine: e, root: root, model: model, cfg: cfg}
+	h := &harness{t: t, engine: e, root: root, model: model, cfg: tr}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -74,6 +73,28 @@ func newHarness(t testing.TB, mutate func(*Config)) *harness {
 		}
 	})
 	return h
+}
+
+// mustTree is a tree of cfg and deps with their defaults, as SpawnRoot
+// makes it.
+func mustTree(t testing.TB, cfg Config, deps Deps) *tree {
+	t.Helper()
+	tr, err := newTree(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// spawnTree spawns a tree of cfg's settings, deps and hooks on e, as
+// SpawnRoot does.
+func spawnTree(e *actor.Engine, cfg tree) (*tree, *actor.PID, error) {
+	t, err := newTree(cfg.Config, cfg.Deps)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.hooks = cfg.hooks
+	return t, t.spawn(e), nil
 }
 
 func testLogger(t testing.TB) *slog.Logger {

@@ -90,7 +90,7 @@ func TestHungAppServerReplacedMidRound(t *testing.T) {
 	const callTimeout = hungCallTimeout
 	m := NewMetrics(nil)
 	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}),
-		func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
+		func(c *tree) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()
 	h.roundAsync(c, messages.StartRound{User: "alice", Thread: "mesh/h", Text: "hi", RoundID: "h-1"})
 	c.waitFirstEvent(t, "h-1", waitFor)
@@ -134,7 +134,7 @@ func TestHungAppServerReplacedBetweenRounds(t *testing.T) {
 	const callTimeout = hungCallTimeout // see TestHungAppServerReplacedMidRound
 	m := NewMetrics(nil)
 	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}),
-		func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
+		func(c *tree) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()
 	r1 := h.round(c, messages.StartRound{User: "bob", Thread: "mesh/b", Text: "one"})
 	mustStatus(t, r1, messages.StatusCompleted)
@@ -169,7 +169,7 @@ func TestSlowMethodIsNotHung(t *testing.T) {
 	const callTimeout = hungCallTimeout // the fake answers a health call well within it, even on a busy machine
 	m := NewMetrics(nil)
 	h, _ := supHarness(t, withFake(t, fakeappserver.Config{HangOnMethod: "thread/start"}),
-		func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
+		func(c *tree) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()
 	r := h.round(c, messages.StartRound{User: "carol", Thread: "mesh/s", Text: "hi"})
 	mustStatus(t, r, messages.StatusFailed)
@@ -194,7 +194,7 @@ func TestRealCLIHungAppServerReplaced(t *testing.T) {
 	// the first round's initialize timed out in a loaded full run.
 	const callTimeout = hungCallTimeout
 	m := NewMetrics(nil)
-	h, _ := supHarness(t, realCLI, func(c *Config) { c.CallTimeout, c.Metrics = callTimeout, m })
+	h, _ := supHarness(t, realCLI, func(c *tree) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()
 	h.model.Enqueue(mockmodel.Text("one"))
 	r1 := h.round(c, messages.StartRound{User: "dora", Thread: "mesh/real", Text: "one"})

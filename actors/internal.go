@@ -29,7 +29,7 @@ type roundRequest struct {
 
 // settle is the end of an admitted round, called once with its verdict:
 // the round leaves the drain gate and its caller's address is let go.
-func (q roundRequest) settle(cfg *Config) {
+func (q roundRequest) settle(cfg *tree) {
 	cfg.rounds.leave()
 	if q.release != nil {
 		q.release()

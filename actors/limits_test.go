@@ -41,7 +41,7 @@ func TestAppServerKilledForMemory(t *testing.T) {
 		}
 	})
 	metrics := NewMetrics(nil)
-	h := fakeHarness(t, fakeappserver.Config{HogOnMethod: "turn/start", HogOnText: "HOG", HogBytes: 512 << 20}, func(c *Config) {
+	h := fakeHarness(t, fakeappserver.Config{HogOnMethod: "turn/start", HogOnText: "HOG", HogBytes: 512 << 20}, func(c *tree) {
 		c.Contain, c.Metrics = node, metrics
 	})
 	c := h.caller()

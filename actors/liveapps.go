@@ -26,11 +26,11 @@ type liveGone struct{ pid *actor.PID }
 // (evictNow; one that has become busy meanwhile declines, and the next
 // report picks another). It owns the live-app-servers gauge.
 type capActor struct {
-	cfg  *Config
+	cfg  *tree
 	live map[string]liveUse // by app-server actor PID
 }
 
-func newCapActor(cfg *Config) actor.Producer {
+func newCapActor(cfg *tree) actor.Producer {
 	return func() actor.Receiver { return &capActor{cfg: cfg, live: make(map[string]liveUse)} }
 }
 

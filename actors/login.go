@@ -23,7 +23,7 @@ import (
 // Its calls go to the app-server actor (appCall) and come back as
 // appAnswer: it has no goroutine.
 type loginActor struct {
-	cfg   *Config
+	cfg   *tree
 	user  string
 	home  string // the CODEX_HOME, whose credentials it sets up
 	log   *slog.Logger
@@ -63,7 +63,7 @@ type (
 	}
 )
 
-func newLoginActor(cfg *Config, user, home string, codex *actor.PID, creds *store.Credentials) actor.Producer {
+func newLoginActor(cfg *tree, user, home string, codex *actor.PID, creds *store.Credentials) actor.Producer {
 	return func() actor.Receiver {
 		return &loginActor{cfg: cfg, user: user, home: home, codex: codex, creds: creds,
 			log: cfg.Logger.With("user", userTag(user), "actor", "login")}

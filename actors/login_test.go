@@ -59,7 +59,7 @@ type loginHarness struct {
 	logs   *logBuffer
 }
 
-func newLoginHarness(t *testing.T, opts fakeissuer.Options, mutate func(*Config)) *loginHarness {
+func newLoginHarness(t *testing.T, opts fakeissuer.Options, mutate func(*tree)) *loginHarness {
 	t.Helper()
 	var homes string
 	// Registered first, so it runs last: after the tree has stopped, no
@@ -85,7 +85,7 @@ func newLoginHarness(t *testing.T, opts fakeissuer.Options, mutate func(*Config)
 	if os.Getenv("TEST_LOG") != "" {
 		w = io.MultiWriter(logs, os.Stderr)
 	}
-	h := newHarness(t, func(c *Config) {
+	h := newHarness(t, func(c *tree) {
 		c.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.CodexEnv = append(c.CodexEnv,
 			"CODEX_APP_SERVER_LOGIN_ISSUER="+iss.URL,
@@ -239,7 +239,7 @@ func checkChallenge(t testing.TB, h *loginHarness, ch messages.LoginChallenge, b
 // CLI reports the logged-in account (account/read) only when the active
 // provider requires one: with the harness's requires_openai_auth=false it
 // answers account:null whatever auth.json holds.
-func requireOpenAIAuth(c *Config) {
+func requireOpenAIAuth(c *tree) {
 	c.Overrides = slicesReplace(c.Overrides, "model_providers.mock.requires_openai_auth=true")
 }
 
@@ -399,7 +399,7 @@ func TestLoginDenied(t *testing.T) {
 
 func TestLoginExpires(t *testing.T) {
 	const grant = 2 * time.Second
-	h := newLoginHarness(t, fakeissuer.Options{}, func(c *Config) { c.LoginGrant = grant })
+	h := newLoginHarness(t, fakeissuer.Options{}, func(c *tree) { c.LoginGrant = grant })
 	c := h.caller()
 	before := time.Now()
 	h.send(c, messages.StartLogin{User: "alice"})
@@ -580,7 +580,7 @@ func randomKey(t testing.TB) string {
 // ~/.bashrc with it: here pyenv init and rehash, which take seconds), so
 // stopping the app-server's group leaves it running for a while after the
 // tree has stopped, and the leak check would see it.
-func noShellSnapshot(c *Config) {
+func noShellSnapshot(c *tree) {
 	c.Overrides = slicesReplace(c.Overrides, "features.shell_snapshot=false")
 }
 
@@ -599,7 +599,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 		log.SetOutput(prevOut)
 		log.SetFlags(prevFlags)
 	})
-	h := newLoginHarness(t, fakeissuer.Options{}, func(c *Config) {
+	h := newLoginHarness(t, fakeissuer.Options{}, func(c *tree) {
 		requireOpenAIAuth(c)
 		noShellSnapshot(c)
 	})

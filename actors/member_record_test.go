@@ -19,7 +19,7 @@ import (
 // second member starting on the same homes leaves that live app-server
 // alone while it reaps its own leftover.
 func TestMemberRecordCarriesMemberAndBoot(t *testing.T) {
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}), func(c *Config) { c.Member = "m1" })
+	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}), func(c *tree) { c.Member = "m1" })
 	c := h.caller()
 	mustStatus(t, h.round(c, messages.StartRound{User: "alice", Thread: "mesh/o", Text: "hi"}), messages.StatusCompleted)
 	pid := liveAppServerPID(t, h, "alice")

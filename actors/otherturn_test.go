@@ -71,12 +71,10 @@ func runStubRound(t *testing.T, key string, onSubscribe func(c *actor.Context, m
 
 // stubEngine is a bare engine and a round's configuration, for a round
 // actor run among stand-ins.
-func stubEngine(t *testing.T) (*Config, *actor.Engine) {
+func stubEngine(t *testing.T) (*tree, *actor.Engine) {
 	t.Helper()
-	cfg := &Config{Homes: t.TempDir(), Workspace: t.TempDir(), Logger: slog.New(slog.DiscardHandler), CallTimeout: waitFor}
-	if err := cfg.setDefaults(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := mustTree(t, Config{Homes: t.TempDir(), Workspace: t.TempDir(), CallTimeout: waitFor},
+		Deps{Logger: slog.New(slog.DiscardHandler)})
 	e, err := actor.NewEngine(actor.NewEngineConfig())
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func deltas200() []string {
 // deltas are merged: the caller gets every character in order, with
 // contiguous Seq, in fewer events than deltas.
 func TestOutboxCoalescesUnderBurst(t *testing.T) {
-	h, _ := supHarness(t, realCLI, func(c *Config) { c.OutboxBurst = 2 })
+	h, _ := supHarness(t, realCLI, func(c *tree) { c.OutboxBurst = 2 })
 	c := h.caller()
 	deltas := deltas200()
 	h.model.Enqueue(mockmodel.Text(deltas...))
@@ -69,7 +69,7 @@ func TestOutboxOneEventPerDelta(t *testing.T) {
 // message items), the round is cut short, but the caller, who is
 // reachable, still gets a verdict.
 func TestOutboxOverflowStillGivesVerdict(t *testing.T) {
-	h, _ := supHarness(t, realCLI, func(c *Config) {
+	h, _ := supHarness(t, realCLI, func(c *tree) {
 		c.OutboxBurst = 1
 		c.OutboxWindow = 2 * time.Second
 		c.OutboxLimit = 4

@@ -41,7 +41,7 @@ func TestPlacementLookupDoesNotBlockRoot(t *testing.T) {
 			return local, addr, err
 		}
 	}(p.owner)
-	h := fakeHarness(t, fakeappserver.Config{ReplyText: "ok"}, func(c *Config) { c.Placement = p })
+	h := fakeHarness(t, fakeappserver.Config{ReplyText: "ok"}, func(c *tree) { c.Placement = p })
 	t.Cleanup(unblock) // before the tree's cleanup (LIFO): the root waits for its lookups
 	c := h.caller()
 

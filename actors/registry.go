@@ -37,7 +37,7 @@ type registryActor struct {
 // cannot be written.
 const maxUnsavedTurns = 64
 
-func newRegistryActor(cfg *Config, user, home string) actor.Producer {
+func newRegistryActor(cfg *tree, user, home string) actor.Producer {
 	return func() actor.Receiver {
 		return &registryActor{
 			reg:     store.NewRegistry(filepath.Dir(home)),

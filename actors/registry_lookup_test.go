@@ -16,7 +16,7 @@ import (
 // journal behind a good record is left for the next append to replace.
 func TestRegistryLookupReadsJournalOnlyWithoutThread(t *testing.T) {
 	h := fakeHarness(t, fakeappserver.Config{}, nil)
-	home, err := homeFor(&h.cfg, "lee")
+	home, err := homeFor(h.cfg, "lee")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestRegistryLookupReadsJournalOnlyWithoutThread(t *testing.T) {
 	if err := jr.Append("mesh/new", turns...); err != nil {
 		t.Fatal(err)
 	}
-	pid := h.engine.Spawn(newRegistryActor(&h.cfg, "lee", home), "test-registry")
+	pid := h.engine.Spawn(newRegistryActor(h.cfg, "lee", home), "test-registry")
 	defer h.engine.Poison(pid)
 	asker := h.caller()
 	lookup := func(key string) threadLookup {

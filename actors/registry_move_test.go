@@ -23,7 +23,7 @@ func TestRegistryMovesLegacyRecords(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), filepath.Join(home, "meshweaver", "journal")); err != nil {
 		t.Fatal(err)
 	}
-	cfg := &Config{Logger: slog.New(slog.DiscardHandler)}
+	cfg := &tree{Deps: Deps{Logger: slog.New(slog.DiscardHandler)}}
 	a := newRegistryActor(cfg, "alice", home)().(*registryActor)
 	a.moveLegacy()
 	if id, err := a.reg.Lookup("mesh/t1"); err != nil || id != "01a23a92-74b4-7130-8ebe-1588db09b15c" {

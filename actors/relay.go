@@ -48,7 +48,7 @@ type relayTimeout struct{}
 // is the sender the owner sees, so the owner's edge authorizes this
 // member's identity (docs/SECURITY.md#cluster-members).
 type relayActor struct {
-	cfg     *Config
+	cfg     *tree
 	log     *slog.Logger
 	to      *actor.PID // the owner's root
 	msg     any        // what is forwarded (a StartRound has its ReplyTo cleared)
@@ -67,7 +67,7 @@ type relayActor struct {
 // roundRef names the round a relay streams.
 type roundRef struct{ id, thread string }
 
-func newRelay(cfg *Config, to *actor.PID, msg any, replyTo *actor.PID, release func(), gone <-chan struct{}) actor.Producer {
+func newRelay(cfg *tree, to *actor.PID, msg any, replyTo *actor.PID, release func(), gone <-chan struct{}) actor.Producer {
 	return func() actor.Receiver {
 		r := &relayActor{cfg: cfg, log: cfg.Logger.With("actor", "relay", "owner", to.Address),
 			to: to, msg: msg, replyTo: replyTo, release: release, gone: gone, stop: make(chan struct{})}

@@ -103,8 +103,8 @@ func member(t *testing.T, fc fakeappserver.Config, p *fakePlacement) (*actor.Eng
 	homes := t.TempDir()
 	root, err := SpawnRoot(e, Config{
 		Homes: homes, Workspace: t.TempDir(), CodexBin: l.Path, CodexArgs: l.Args, CodexEnv: l.Env,
-		Logger: testLogger(t), StopGrace: time.Second, Placement: p,
-	})
+		StopGrace: time.Second,
+	}, Deps{Logger: testLogger(t), Placement: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestRelayOwnerLeaves(t *testing.T) {
 // (fenced) answers the round unavailable and retryable, and starts nothing.
 func TestPlacementRefusalIsRetryable(t *testing.T) {
 	p := &fakePlacement{owner: func(string, int) (bool, string, error) { return false, "", errors.New("fenced") }}
-	h := newHarness(t, func(c *Config) { c.Placement = p })
+	h := newHarness(t, func(c *tree) { c.Placement = p })
 	c := h.caller()
 	r := h.round(c, messages.StartRound{User: "alice", Thread: "t1", Text: "hi"})
 	if r.verdict.Status != messages.StatusUnavailable || !r.verdict.Retryable {
@@ -193,7 +193,7 @@ func TestPlacementRefusalIsRetryable(t *testing.T) {
 // app-server); a user actor that ends with nothing waiting is released.
 func TestFenceStopsUsersAndReleases(t *testing.T) {
 	p := &fakePlacement{owner: func(string, int) (bool, string, error) { return true, "", nil }}
-	h := fakeHarness(t, fakeappserver.Config{ReplyText: "ok"}, func(c *Config) { c.Placement = p })
+	h := fakeHarness(t, fakeappserver.Config{ReplyText: "ok"}, func(c *tree) { c.Placement = p })
 	c := h.caller()
 	if r := h.round(c, messages.StartRound{User: "alice", Thread: "t1", Text: "hi"}); r.verdict.Status != messages.StatusCompleted {
 		t.Fatalf("verdict %+v", r.verdict)

@@ -17,7 +17,7 @@ type restartPolicy struct {
 	coolUntil time.Time
 }
 
-func newRestartPolicy(cfg *Config) restartPolicy {
+func newRestartPolicy(cfg *tree) restartPolicy {
 	return restartPolicy{
 		limit: cfg.RestartLimit, window: cfg.RestartWindow, cooldown: cfg.Cooldown,
 		base: cfg.RestartBackoff, most: cfg.RestartBackoffMax,

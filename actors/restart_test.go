@@ -75,8 +75,8 @@ func TestRestartPolicyTable(t *testing.T) {
 // after a clean history, then a uniformly jittered [d/2, d] with d doubling
 // per recent crash, capped, and crashes older than the window not counted.
 func TestRestartBackoffJitteredExponential(t *testing.T) {
-	cfg := &Config{RestartBackoff: 100 * time.Millisecond, RestartBackoffMax: time.Second,
-		RestartWindow: time.Minute, RestartLimit: 100, Cooldown: time.Minute, Logger: slog.New(slog.DiscardHandler)}
+	cfg := &tree{Config: Config{RestartBackoff: 100 * time.Millisecond, RestartBackoffMax: time.Second,
+		RestartWindow: time.Minute, RestartLimit: 100, Cooldown: time.Minute}, Deps: Deps{Logger: slog.New(slog.DiscardHandler)}}
 	a := &appServerActor{appWiring: appWiring{cfg: cfg, log: cfg.Logger}, restarts: appRestarts{restartPolicy: newRestartPolicy(cfg)}}
 	if d := a.backoff(); d != 0 {
 		t.Fatalf("backoff with no crash = %v, want 0", d)
@@ -119,7 +119,7 @@ func TestRestartBackoffJitteredExponential(t *testing.T) {
 
 // healableFake runs, through a launcher script, the fake with config bad
 // until heal is called and with good afterwards.
-func healableFake(t *testing.T, bad, good fakeappserver.Config) (mutate func(*Config), heal func()) {
+func healableFake(t *testing.T, bad, good fakeappserver.Config) (mutate func(*tree), heal func()) {
 	t.Helper()
 	lb, err := fakeappserver.Relaunch(bad, "")
 	if err != nil {
@@ -133,7 +133,7 @@ func healableFake(t *testing.T, bad, good fakeappserver.Config) (mutate func(*Co
 		t.Fatal(err)
 	}
 	goodEnv := strings.TrimPrefix(fakeappserver.Env(good), fakeappserver.EnvVar+"=")
-	return func(c *Config) {
+	return func(c *tree) {
 			c.CodexBin, c.CodexArgs = script, lb.Args
 			c.CodexEnv = append(c.CodexEnv, append(lb.Env, "FAKE_GOOD_CONFIG="+goodEnv)...)
 		}, func() {
@@ -155,7 +155,7 @@ func TestRestartPolicyBackoffThenCooldown(t *testing.T) {
 	// The three refused rounds below must all come within the cool-down,
 	// which on a loaded machine a short one did not promise.
 	const cooldown = 4 * time.Second
-	h, _ := supHarness(t, mutate, func(c *Config) {
+	h, _ := supHarness(t, mutate, func(c *tree) {
 		c.RestartLimit = 3
 		c.RestartWindow = time.Minute
 		c.RestartBackoff = 200 * time.Millisecond
@@ -226,7 +226,7 @@ func TestRestartCounterForgetsOldCrashes(t *testing.T) {
 	// Rounds 1 and 2 must both fall within one window: on a loaded
 	// machine two rounds took longer than a short one.
 	const window = 2 * time.Second
-	h, _ := supHarness(t, func(c *Config) {
+	h, _ := supHarness(t, func(c *tree) {
 		c.CodexBin = filepath.Join(t.TempDir(), "no-such-codex")
 		c.RestartLimit = 2
 		c.RestartWindow = window

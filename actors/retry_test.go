@@ -16,7 +16,7 @@ import (
 func TestRetriedErrorsAreNoticesNotProgress(t *testing.T) {
 	const stall = time.Second
 	h, _ := supHarness(t, withFake(t, fakeappserver.Config{UpstreamRetryMs: 100}),
-		func(c *Config) { c.StallTimeout = stall })
+		func(c *tree) { c.StallTimeout = stall })
 	c := h.caller()
 	start := time.Now()
 	h.roundAsync(c, messages.StartRound{User: "alice", Thread: "mesh/r", Text: "hi", RoundID: "r-1"})

@@ -27,7 +27,7 @@ const (
 // a sender, and a log line always), and routes each message to its user's
 // actor, spawning that on the user's first message.
 type rootActor struct {
-	cfg      *Config
+	cfg      *tree
 	log      *slog.Logger
 	draining bool
 	users    map[string]*userEntry // live user actors, by user id
@@ -63,29 +63,26 @@ const maxPending = 64
 // errUserCap refuses a new user past MaxUsers.
 var errUserCap = errors.New("user cap")
 
-// NewRoot returns the producer of the root actor. Spawn it with
-// SpawnRoot, which sets the options the tree relies on.
-func NewRoot(cfg Config) (actor.Producer, error) {
-	if err := cfg.setDefaults(); err != nil {
-		return nil, err
-	}
+// root is the producer of the tree's root actor.
+func (t *tree) root() actor.Producer {
 	return func() actor.Receiver {
-		return &rootActor{cfg: &cfg, log: cfg.Logger.With("actor", "root"), users: make(map[string]*userEntry),
+		return &rootActor{cfg: t, log: t.Logger.With("actor", "root"), users: make(map[string]*userEntry),
 			placing: make(map[string][]placeReq)}
-	}, nil
+	}
 }
 
 // SpawnRoot spawns the root actor on e.
-func SpawnRoot(e *actor.Engine, cfg Config) (*actor.PID, error) {
-	p, err := NewRoot(cfg)
+func SpawnRoot(e *actor.Engine, cfg Config, deps Deps) (*actor.PID, error) {
+	t, err := newTree(cfg, deps)
 	if err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	return e.Spawn(p, RootKind, spawnOpts(RootID, log, nil)...), nil
+	return t.spawn(e), nil
+}
+
+// spawn spawns the tree's root on e.
+func (t *tree) spawn(e *actor.Engine) *actor.PID {
+	return e.Spawn(t.root(), RootKind, spawnOpts(RootID, t.Logger, nil)...)
 }
 
 func (r *rootActor) Receive(c *actor.Context) {

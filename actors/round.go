@@ -105,7 +105,7 @@ type roundClock struct {
 // roundWiring is who a round works with: its configuration and logger,
 // and the actors it sends to.
 type roundWiring struct {
-	cfg      *Config
+	cfg      *tree
 	log      *slog.Logger
 	engine   *actor.Engine
 	self     *actor.PID
@@ -137,7 +137,7 @@ type (
 	}
 )
 
-func newRoundActor(cfg *Config, req roundRequest, codex, registry *actor.PID) actor.Producer {
+func newRoundActor(cfg *tree, req roundRequest, codex, registry *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &roundActor{
 			roundWiring: roundWiring{cfg: cfg, codex: codex, registry: registry,

@@ -24,36 +24,50 @@ import (
 // the callers and answers codex with what they say (see ask.go's part of
 // policy.go).
 type roundLog struct {
-	cfg   *Config
+	logWiring
 	req   roundRequest // as admitted: replyTo is the first caller
 	id    string       // the actor id, also the round actor's
-	log   *slog.Logger
-	codex *actor.PID
-	reg   *actor.PID
+	round *actor.PID   // the running round; nil before runRound
 
+	keptEvents
+	verdict *messages.RoundFinished
+	logCallers
+	stopping bool // in Stopped: nothing more is sent to the tree
+
+	asks   map[string]*pendingAsk
+	askSeq uint64
+}
+
+// logWiring is what a round's log talks to.
+type logWiring struct {
+	cfg    *tree
+	log    *slog.Logger
+	codex  *actor.PID
+	reg    *actor.PID
 	engine *actor.Engine
 	self   *actor.PID
 	parent *actor.PID
-	round  *actor.PID // the running round; nil before runRound
+}
 
-	// The kept events: seqs first..first+len-1, at most RoundLogEvents of
-	// them and RoundLogBytes in all; older ones are dropped first.
-	events  []messages.RoundEvent
-	first   uint64
-	bytes   int
-	seq     uint64
-	verdict *messages.RoundFinished
+// keptEvents are the events a log keeps: seqs first..first+len-1, at most
+// RoundLogEvents of them and RoundLogBytes in all; older ones are dropped
+// first. seq is the last one's.
+type keptEvents struct {
+	events []messages.RoundEvent
+	first  uint64
+	bytes  int
+	seq    uint64
+}
 
+// logCallers are the round's callers and the grace a round without one
+// runs on.
+type logCallers struct {
 	callers    []logCaller
 	watching   bool // subscribed to the engine's event stream
 	graceTimer *time.Timer
 	graceGen   uint64
 	lostAt     time.Time // when the last caller went; zero while one is attached
 	abandoned  bool      // the grace ran out: the round was interrupted for it
-	stopping   bool      // in Stopped: nothing more is sent to the tree
-
-	asks   map[string]*pendingAsk
-	askSeq uint64
 }
 
 // logCaller is one caller attached to a round log.
@@ -105,12 +119,13 @@ const fencedError = "this cluster member was fenced (it may lose its lease, and 
 // the oldest out.
 const maxCallers = 8
 
-func newRoundLog(cfg *Config, req roundRequest, id string, codex, registry *actor.PID) actor.Producer {
+func newRoundLog(cfg *tree, req roundRequest, id string, codex, registry *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &roundLog{
-			cfg: cfg, req: req, id: id, codex: codex, reg: registry, first: 1,
-			log: cfg.Logger.With("user", userTag(req.User), "thread", store.KeyPrefix(req.Thread),
-				"round", req.RoundID, "actor", "roundlog"),
+			logWiring: logWiring{cfg: cfg, codex: codex, reg: registry,
+				log: cfg.Logger.With("user", userTag(req.User), "thread", store.KeyPrefix(req.Thread),
+					"round", req.RoundID, "actor", "roundlog")},
+			req: req, id: id, keptEvents: keptEvents{first: 1},
 			asks: make(map[string]*pendingAsk),
 		}
 	}

@@ -22,10 +22,7 @@ func TestCallerGraceOnFakeClock(t *testing.T) {
 			t.Fatal(err)
 		}
 		const grace = 30 * time.Second
-		cfg := Config{Homes: t.TempDir(), Workspace: t.TempDir(), CallerGrace: grace}
-		if err := cfg.setDefaults(); err != nil {
-			t.Fatal(err)
-		}
+		cfg := *mustTree(t, Config{Homes: t.TempDir(), Workspace: t.TempDir(), CallerGrace: grace}, Deps{})
 		cfg.rounds.enter()
 		parentGot := make(chan any, 16)
 		spawnCaller := func(name string) (*actor.PID, chan any) {

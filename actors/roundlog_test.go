@@ -64,7 +64,7 @@ func nextOf[T any](t testing.TB, c *caller, d time.Duration) T {
 // gets every later event exactly once, then the verdict; a third caller
 // attaching after the end gets the whole log and the verdict.
 func TestRoundOutlivesItsCaller(t *testing.T) {
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *Config) { c.CallerGrace = time.Minute })
+	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *tree) { c.CallerGrace = time.Minute })
 	events := tapEvents(t, h.engine)
 	c1 := h.caller()
 	h.roundAsync(c1, messages.StartRound{User: "alice", Thread: "mesh/o", Text: "hi", RoundID: "o-1"})
@@ -221,10 +221,7 @@ func TestRoundLogBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Homes: t.TempDir(), Workspace: t.TempDir(), RoundLogEvents: 3, RoundRetention: 50 * time.Millisecond}
-	if err := cfg.setDefaults(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := *mustTree(t, Config{Homes: t.TempDir(), Workspace: t.TempDir(), RoundLogEvents: 3, RoundRetention: 50 * time.Millisecond}, Deps{})
 	cfg.rounds.enter()
 	parentGot := make(chan any, 16)
 	c1 := &caller{ch: make(chan any, 64)}
@@ -290,10 +287,7 @@ func BenchmarkRoundLog(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := Config{Homes: b.TempDir(), Workspace: b.TempDir()}
-	if err := cfg.setDefaults(); err != nil {
-		b.Fatal(err)
-	}
+	cfg := *mustTree(b, Config{Homes: b.TempDir(), Workspace: b.TempDir()}, Deps{})
 	got := make(chan uint64, 1)
 	n := uint64(b.N)
 	c := e.SpawnFunc(func(ctx *actor.Context) {

@@ -86,12 +86,12 @@ func TestRoundPhaseTransitions(t *testing.T) {
 			}
 			errs := &errorCount{}
 			var heard []roundPhase
-			cfg := &Config{roundPhases: func(id string, p roundPhase) {
+			cfg := &tree{hooks: hooks{roundPhases: func(id string, p roundPhase) {
 				if id != "r-table" {
 					t.Errorf("hook heard round %q", id)
 				}
 				heard = append(heard, p)
-			}}
+			}}}
 			r := &roundActor{roundWiring: roundWiring{cfg: cfg, log: slog.New(errs)},
 				req: roundRequest{StartRound: messages.StartRound{RoundID: "r-table"}}, phase: from}
 			ok := r.enter(to)
@@ -130,7 +130,7 @@ type roundPhaseLog struct {
 	rounds map[string][]roundPhase
 }
 
-func (pl *roundPhaseLog) hook(c *Config) {
+func (pl *roundPhaseLog) hook(c *tree) {
 	c.roundPhases = func(id string, p roundPhase) {
 		pl.mu.Lock()
 		defer pl.mu.Unlock()

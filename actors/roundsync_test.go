@@ -17,10 +17,8 @@ import (
 // round's every wait is bounded by its own timers.
 func TestRoundOpeningBoundedSynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := Config{Homes: t.TempDir(), Workspace: t.TempDir(), Logger: slog.New(slog.DiscardHandler), CallTimeout: time.Second}
-		if err := cfg.setDefaults(); err != nil {
-			t.Fatal(err)
-		}
+		cfg := *mustTree(t, Config{Homes: t.TempDir(), Workspace: t.TempDir(), CallTimeout: time.Second},
+			Deps{Logger: slog.New(slog.DiscardHandler)})
 		e, err := actor.NewEngine(actor.NewEngineConfig())
 		if err != nil {
 			t.Fatal(err)

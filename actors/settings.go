@@ -55,7 +55,7 @@ func (s threadSettings) fingerprint() string {
 // roundSettings are the settings a round (or a warm-up for it) loads its
 // thread with; key names the mesh thread, for the MCP front. Its overlay
 // is made by bind, when the thread is opened.
-func roundSettings(cfg *Config, key mcpfront.Key, developerInstructions, mcpURL, mcpToken string) threadSettings {
+func roundSettings(cfg *tree, key mcpfront.Key, developerInstructions, mcpURL, mcpToken string) threadSettings {
 	return threadSettings{Cwd: cfg.Workspace, Sandbox: cfg.Sandbox, ApprovalPolicy: cfg.ApprovalPolicy,
 		DeveloperInstructions: developerInstructions, mcp: mcpRoute{key: key, url: mcpURL, token: mcpToken}}
 }

@@ -88,13 +88,13 @@ func (h *tapHandler) WithGroup(name string) slog.Handler {
 
 // withFake points the tree at the fake app-server (this test binary
 // re-executed, see main_test.go) configured by fc.
-func withFake(t testing.TB, fc fakeappserver.Config) func(*Config) {
+func withFake(t testing.TB, fc fakeappserver.Config) func(*tree) {
 	t.Helper()
 	l, err := fakeappserver.Relaunch(fc, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(c *Config) {
+	return func(c *tree) {
 		c.CodexBin, c.CodexArgs = l.Path, l.Args
 		c.CodexEnv = append(c.CodexEnv, l.Env...)
 	}
@@ -106,7 +106,7 @@ func withFake(t testing.TB, fc fakeappserver.Config) func(*Config) {
 // race TestSupervisionTurnEndBeforeTurnStarted shows (with a fake that ends
 // its turns at once, about one round in ten loses its thread id, journal
 // entry and unsubscribe).
-func heldFake(t testing.TB, fc fakeappserver.Config) func(*Config) {
+func heldFake(t testing.TB, fc fakeappserver.Config) func(*tree) {
 	fc.HoldTurns = true
 	return withFake(t, fc)
 }
@@ -158,16 +158,16 @@ func (h *harness) heldRound(c *caller, m messages.StartRound) roundResult {
 // app-server is stopped: the stop kills the descendants it saw when it
 // began, and what they fork meanwhile outlives the app-server for a moment
 // and fails the leftover check of these tests.
-func realCLI(c *Config) { c.Overrides = append(c.Overrides, "features.shell_snapshot=false") }
+func realCLI(c *tree) { c.Overrides = append(c.Overrides, "features.shell_snapshot=false") }
 
 // supHarness is newHarness with a log tap, and with a check, after the tree
 // has stopped, that no app-server (real or fake) of its homes is left.
-func supHarness(t *testing.T, mutates ...func(*Config)) (*harness, *logTap) {
+func supHarness(t *testing.T, mutates ...func(*tree)) (*harness, *logTap) {
 	t.Helper()
 	homes := t.TempDir()
 	t.Cleanup(func() { checkNoAppServers(t, homes) }) // runs after the tree's cleanup
 	tap := newLogTap()
-	h := newHarness(t, func(c *Config) {
+	h := newHarness(t, func(c *tree) {
 		c.Homes = homes
 		c.Logger = slog.New(&tapHandler{tap: tap, next: testLogger(t).Handler()})
 		for _, m := range mutates {

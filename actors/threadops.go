@@ -24,7 +24,7 @@ import (
 // actor bounds its calls by CallTimeout, and the whole command is bounded
 // by opWait.
 type threadOpActor struct {
-	cfg      *Config
+	cfg      *tree
 	cmd      any // the messages.*Thread command
 	reply    *actor.PID
 	codex    *actor.PID
@@ -46,7 +46,7 @@ type (
 	threadOpCall struct{}
 )
 
-func newThreadOpActor(cfg *Config, cmd any, reply, codex, registry *actor.PID, log *slog.Logger) actor.Producer {
+func newThreadOpActor(cfg *tree, cmd any, reply, codex, registry *actor.PID, log *slog.Logger) actor.Producer {
 	return func() actor.Receiver {
 		return &threadOpActor{cfg: cfg, cmd: cmd, reply: reply, codex: codex, registry: registry,
 			log: log.With("op", fmt.Sprintf("%T", cmd))}
@@ -70,7 +70,7 @@ func opKey(cmd any) string {
 
 // opWait bounds a whole thread command: a process start, an open, a call
 // and the registry.
-func opWait(cfg *Config) time.Duration { return 2*openWait(cfg) + cfg.CallTimeout }
+func opWait(cfg *tree) time.Duration { return 2*openWait(cfg) + cfg.CallTimeout }
 
 func (o *threadOpActor) Receive(c *actor.Context) {
 	switch m := c.Message().(type) {

@@ -34,7 +34,7 @@ func TestListThreads(t *testing.T) {
 		ids[key] = r.verdict.CodexThreadID
 	}
 	// mesh/1 ran last (its journal says so).
-	home, err := homeFor(&h.cfg, "ivy")
+	home, err := homeFor(h.cfg, "ivy")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestListThreads(t *testing.T) {
 // round looks it up, so that the thread is listed from then on.
 func TestRegistryUpgradesRecordOnLookup(t *testing.T) {
 	h := fakeHarness(t, fakeappserver.Config{}, nil)
-	home, err := homeFor(&h.cfg, "kim")
+	home, err := homeFor(h.cfg, "kim")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestRegistryUpgradesRecordOnLookup(t *testing.T) {
 	if _, v, err := reg.LookupVersion("mesh/old"); v != 1 || err != nil {
 		t.Fatalf("version = %d, %v; want 1", v, err)
 	}
-	pid := h.engine.Spawn(newRegistryActor(&h.cfg, "kim", home), "test-registry")
+	pid := h.engine.Spawn(newRegistryActor(h.cfg, "kim", home), "test-registry")
 	defer h.engine.Poison(pid)
 	asker := h.caller() // gets the threadLookup as it is (no wire message)
 	h.engine.Send(pid, lookupThread{key: "mesh/old", round: asker.pid})

@@ -18,29 +18,39 @@ import (
 // one runs per mesh thread at a time, up to QueueLimit more wait in order,
 // and past that a round gets a busy verdict at once.
 type userActor struct {
-	cfg  *Config
-	user string
-	home string
-	log  *slog.Logger
+	userWiring
+	appLive bool // the app-server actor has a live process
+	threads map[string]*threadState
+	seq     uint64
+	roundBook
+	idleReap
+}
 
+// userWiring is the user and the actors a user actor talks to.
+type userWiring struct {
+	cfg      *tree
+	user     string
+	home     string
+	log      *slog.Logger
 	codex    *actor.PID
 	cap      *actor.PID // the node's cap actor, for the app-server actor
-	appLive  bool       // the app-server actor has a live process
 	registry *actor.PID
 	login    *actor.PID
-	threads  map[string]*threadState
-	seq      uint64
+}
 
-	// Rounds by round id (and by the ids of repeats attached to them), by
-	// dedupe key, and the finished ones oldest first (bounded by
-	// KeptRounds and UserLogBytes).
+// roundBook holds the user's rounds by round id (and by the ids of
+// repeats attached to them), by dedupe key, and the finished ones oldest
+// first (bounded by KeptRounds and UserLogBytes).
+type roundBook struct {
 	rounds   map[string]*keptRound
 	byMsg    map[string]string
 	finished []string
 	kept     int // bytes the finished rounds' logs keep
+}
 
-	// Idle reaping: what the root sent (counted), when last, and whether
-	// the root was already told the actor is idle since.
+// idleReap is what the root sent (counted), when last, and whether the
+// root was already told the actor is idle since.
+type idleReap struct {
 	timer      *time.Timer // the next idle check (a timer, not a goroutine)
 	received   uint64
 	lastActive time.Time
@@ -78,13 +88,13 @@ func dedupeKey(m messages.StartRound) string {
 	return m.Thread + "\x00" + m.ClientMessageID
 }
 
-func newUserActor(cfg *Config, user, home string, cap *actor.PID) actor.Producer {
+func newUserActor(cfg *tree, user, home string, cap *actor.PID) actor.Producer {
 	return func() actor.Receiver {
 		return &userActor{
-			cfg: cfg, user: user, home: home, cap: cap,
-			log:     cfg.Logger.With("user", userTag(user), "actor", "user"),
-			threads: make(map[string]*threadState),
-			rounds:  make(map[string]*keptRound), byMsg: make(map[string]string),
+			userWiring: userWiring{cfg: cfg, user: user, home: home, cap: cap,
+				log: cfg.Logger.With("user", userTag(user), "actor", "user")},
+			threads:   make(map[string]*threadState),
+			roundBook: roundBook{rounds: make(map[string]*keptRound), byMsg: make(map[string]string)},
 		}
 	}
 }
@@ -359,6 +369,6 @@ func (u *userActor) control(c *actor.Context, thread, roundID string) {
 }
 
 // homeFor is a user's CODEX_HOME under the homes root.
-func homeFor(cfg *Config, user string) (string, error) {
+func homeFor(cfg *tree, user string) (string, error) {
 	return store.HomeDir(cfg.Homes, user)
 }

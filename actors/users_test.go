@@ -32,7 +32,7 @@ func waitGauge(t *testing.T, what string, get func() float64, want float64) {
 // freed a slot before the third user asked.
 func TestUsersCapped(t *testing.T) {
 	m := NewMetrics(nil)
-	h := fakeHarness(t, fakeappserver.Config{}, func(c *Config) {
+	h := fakeHarness(t, fakeappserver.Config{}, func(c *tree) {
 		c.MaxUsers, c.UserIdle, c.Metrics = 2, time.Hour, m
 	})
 	c := h.caller()
@@ -55,7 +55,7 @@ func TestUsersCapped(t *testing.T) {
 // actor, which is not reaped while its app-server lives.
 func TestUsersReaped(t *testing.T) {
 	m := NewMetrics(nil)
-	h := fakeHarness(t, fakeappserver.Config{}, func(c *Config) {
+	h := fakeHarness(t, fakeappserver.Config{}, func(c *tree) {
 		c.MaxUsers, c.UserIdle, c.IdleTimeout, c.Metrics = 2, 100*time.Millisecond, 200*time.Millisecond, m
 		c.RoundRetention = 100 * time.Millisecond // a kept round keeps its user actor
 	})
@@ -92,7 +92,7 @@ func setKeys(t *testing.T, h *harness, c *caller, users ...string) {
 // successor.
 func TestUserReapProtocol(t *testing.T) {
 	m := NewMetrics(nil)
-	h := fakeHarness(t, fakeappserver.Config{}, func(c *Config) { c.UserIdle, c.Metrics = time.Hour, m })
+	h := fakeHarness(t, fakeappserver.Config{}, func(c *tree) { c.UserIdle, c.Metrics = time.Hour, m })
 	c := h.caller()
 	users := func() float64 { return testutil.ToFloat64(m.Users) }
 	// The root counts each reap as it decides it, before it answers the

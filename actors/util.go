@@ -39,14 +39,14 @@ func setEnv(env, set []string) []string {
 // acquireWait bounds the wait for a process: a start may wait out a
 // backoff, reap a leftover process (up to three stop steps), exec, and
 // initialize and write the stored key (each bounded by CallTimeout).
-func acquireWait(cfg *Config) time.Duration {
+func acquireWait(cfg *tree) time.Duration {
 	return 3*cfg.CallTimeout + cfg.RestartBackoffMax + 4*cfg.StopGrace
 }
 
 // openWait bounds a round's opening: the wait for a process, then the
 // registry, the unload, the resume, a fallback start and turn/start, each
 // bounded by CallTimeout.
-func openWait(cfg *Config) time.Duration {
+func openWait(cfg *tree) time.Duration {
 	return acquireWait(cfg) + 5*cfg.CallTimeout
 }
 

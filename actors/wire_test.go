@@ -75,7 +75,7 @@ func TestWireBadImagePathRejected(t *testing.T) {
 // and is told so in a notice.
 func TestWireSandboxClampedWithNotice(t *testing.T) {
 	record := filepath.Join(t.TempDir(), "received.jsonl")
-	h := fakeHarness(t, fakeappserver.Config{ReplyText: "ok", RecordPath: record}, func(c *Config) {
+	h := fakeHarness(t, fakeappserver.Config{ReplyText: "ok", RecordPath: record}, func(c *tree) {
 		c.MaxSandbox = messages.SandboxWorkspaceWrite
 	})
 	c := h.caller()

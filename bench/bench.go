@@ -65,11 +65,11 @@ type Options struct {
 	// Dir holds the homes, the workspace and the empty HOME; it must
 	// exist and be empty.
 	Dir string
-	// StartDaemon starts a daemon with cfg (the bench fills Homes,
-	// Workspace, CodexBin and what the row needs) behind a remote on a
-	// free loopback port, its edge letting the bench's one caller send as
-	// fast as it likes.
-	StartDaemon func(cfg actors.Config) (Daemon, error)
+	// StartDaemon starts a daemon with cfg and deps (the bench fills
+	// Homes, Workspace, CodexBin and what the row needs) behind a remote
+	// on a free loopback port, its edge letting the bench's one caller
+	// send as fast as it likes.
+	StartDaemon func(cfg actors.Config, deps actors.Deps) (Daemon, error)
 	// FloodLaunch is the binary, arguments and extra environment that run
 	// ServeFlood with deltas deltas a turn as the events row's app-server
 	// (supervisor bench: its own binary, in a hidden command).
@@ -176,9 +176,13 @@ func (r *run) daemonConfig(name string) actors.Config {
 	return actors.Config{
 		Homes: filepath.Join(r.opts.Dir, "homes-"+name), Workspace: r.workspace,
 		CodexBin: r.opts.Codex, Overrides: r.overrides, CodexEnv: r.env,
-		Logger: slog.New(slog.DiscardHandler), MaxUsers: max(r.opts.IdleUsers+100, 10000),
+		MaxUsers: max(r.opts.IdleUsers+100, 10000),
 	}
 }
+
+// quiet are a daemon's dependencies when the row needs none: its log goes
+// nowhere.
+func quiet() actors.Deps { return actors.Deps{Logger: slog.New(slog.DiscardHandler)} }
 
 // directConfig is a direct client's configuration with a home of its own.
 func (r *run) directConfig() DirectConfig {
@@ -191,8 +195,8 @@ func (r *run) directConfig() DirectConfig {
 }
 
 // startDaemon starts a daemon and dials it.
-func (r *run) startDaemon(cfg actors.Config) (Daemon, *client.Client, error) {
-	d, err := r.opts.StartDaemon(cfg)
+func (r *run) startDaemon(cfg actors.Config, deps actors.Deps) (Daemon, *client.Client, error) {
+	d, err := r.opts.StartDaemon(cfg, deps)
 	if err != nil {
 		return nil, nil, err
 	}

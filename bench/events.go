@@ -29,9 +29,9 @@ func (r *run) events(ctx context.Context) (err error) {
 	}
 	cfg := actors.Config{
 		Homes: filepath.Join(r.opts.Dir, "homes-events"), Workspace: r.workspace,
-		CodexBin: bin, CodexArgs: args, CodexEnv: env, Logger: r.daemonConfig("").Logger,
+		CodexBin: bin, CodexArgs: args, CodexEnv: env,
 	}
-	d, c, err := r.startDaemon(cfg)
+	d, c, err := r.startDaemon(cfg, quiet())
 	if err != nil {
 		return err
 	}

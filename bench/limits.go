@@ -66,14 +66,15 @@ func (r *run) limits(ctx context.Context) (err error) {
 	// is a known user's round after that (its cgroup and its process's
 	// are made again, its image is mounted already).
 	onCfg, offCfg := r.daemonConfig("limits-on"), r.daemonConfig("limits-off")
-	onCfg.Contain, onCfg.Disk = node, disk
+	onDeps := quiet()
+	onDeps.Contain, onDeps.Disk = node, disk
 	onCfg.IdleTimeout, offCfg.IdleTimeout = time.Second, time.Second
-	on, onC, err := r.startDaemon(onCfg)
+	on, onC, err := r.startDaemon(onCfg, onDeps)
 	if err != nil {
 		return err
 	}
 	defer func() { onC.Close(); err = errors.Join(err, on.Stop()) }()
-	off, offC, err := r.startDaemon(offCfg)
+	off, offC, err := r.startDaemon(offCfg, quiet())
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,7 @@ func (r *run) idleMemory(ctx context.Context) (err error) {
 	// key waits in the daemon's store for the user's first start.
 	cfg := r.daemonConfig("idle")
 	cfg.MaxUsers = n + 100
-	d, c, err := r.startDaemon(cfg)
+	d, c, err := r.startDaemon(cfg, quiet())
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ const text = "Hello there, how is the weather in the workspace today?"
 // realRounds runs the rows that need the real CLI: warm, cold, after an
 // eviction, users at once (with the memory of live users), and growth.
 func (r *run) realRounds(ctx context.Context) (err error) {
-	d, c, err := r.startDaemon(r.daemonConfig("a"))
+	d, c, err := r.startDaemon(r.daemonConfig("a"), quiet())
 	if err != nil {
 		return err
 	}
@@ -328,7 +328,7 @@ func (r *run) evicted(ctx context.Context) (err error) {
 	r.progress("  rounds after an idle eviction: %d per side", r.opts.Evict)
 	cfg := r.daemonConfig("evict")
 	cfg.IdleTimeout = time.Second
-	d, c, err := r.startDaemon(cfg)
+	d, c, err := r.startDaemon(cfg, quiet())
 	if err != nil {
 		return err
 	}

@@ -97,8 +97,8 @@ func startDaemon(fc fakeappserver.Config) (addr string, stop func() error, err e
 	pid, err := actors.SpawnRoot(engine, actors.Config{
 		Homes: dir + "/homes", Workspace: workspace,
 		CodexBin: l.Path, CodexArgs: l.Args, CodexEnv: l.Env,
-		StopGrace: time.Second, Logger: log, Hold: rem.Hold,
-	})
+		StopGrace: time.Second,
+	}, actors.Deps{Logger: log, Hold: rem.Hold})
 	if err != nil {
 		rem.Stop().Wait()
 		return "", nil, err

@@ -94,4 +94,3 @@ func HomeDir(root, user string) (string, error) {
 	}
 	return home, nil
 }
-

@@ -105,4 +105,3 @@ func TestUserDir(t *testing.T) {
 		t.Errorf("UserDir(../etc) error = %v, want ErrInvalidUserID", err)
 	}
 }
-

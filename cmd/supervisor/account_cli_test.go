@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/testkit/fakeissuer"
 	"github.com/meshweaver/supervisor/testkit/syncbuf"
 )
@@ -32,7 +31,7 @@ func testAccountCommands(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(issuer.Close)
-	e := newEnv(t, func(c *actors.Config) {
+	e := newEnv(t, func(c *daemonSetup) {
 		c.CodexEnv = append(c.CodexEnv,
 			"CODEX_APP_SERVER_LOGIN_ISSUER="+issuer.URL,
 			"CODEX_REVOKE_TOKEN_URL_OVERRIDE="+issuer.RevokeURL())

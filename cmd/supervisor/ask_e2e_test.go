@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 )
@@ -18,7 +17,7 @@ import (
 // deadline: the one answered accept runs; the one left alone is declined
 // at its deadline, and a request_closed event says so.
 func TestAskApprovals(t *testing.T) {
-	e := newEnv(t, func(c *actors.Config) {
+	e := newEnv(t, func(c *daemonSetup) {
 		c.ApprovalPolicy = "untrusted"
 		c.Sandbox = "workspace-write"
 	})
@@ -59,7 +58,7 @@ func TestAskApprovals(t *testing.T) {
 // follows its round's policy: the request reaches the round's caller,
 // naming the child's thread, and the accepted command runs.
 func TestAskChildAgentApproval(t *testing.T) {
-	e := newEnv(t, func(c *actors.Config) {
+	e := newEnv(t, func(c *daemonSetup) {
 		c.ApprovalPolicy = "untrusted"
 		c.Sandbox = "workspace-write"
 	})

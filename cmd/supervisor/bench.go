@@ -133,14 +133,14 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // (exe) as the events row's app-server.
 func benchOptions(exe string) bench.Options {
 	return bench.Options{
-		StartDaemon: func(cfg actors.Config) (bench.Daemon, error) {
+		StartDaemon: func(cfg actors.Config, deps actors.Deps) (bench.Daemon, error) {
 			listen, err := freeLoopbackAddr()
 			if err != nil {
 				return nil, err
 			}
 			// The bench's one caller sends thousands of messages a
 			// second (the memory row's registrations): no rate limit.
-			d, _, err := startDaemonEdge(listen, nil, cfg, edgeOptions{peerRate: 1e9, peerBurst: 1 << 30})
+			d, _, err := startDaemonEdge(listen, nil, cfg, deps, edgeOptions{peerRate: 1e9, peerBurst: 1 << 30})
 			if err != nil {
 				return nil, err
 			}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
@@ -226,7 +225,7 @@ func checkWireNames(t *testing.T, line string, v any) {
 // codex" status of a user's first round, reasoning merged into one line,
 // the final status line, and the exit code of each verdict status.
 func TestCLIRoundThroughBinary(t *testing.T) {
-	e := newEnv(t, func(c *actors.Config) { c.QueueLimit = 1 })
+	e := newEnv(t, func(c *daemonSetup) { c.QueueLimit = 1 })
 	exe := opsBuild(t, t.TempDir())
 	env := []string{"SUPERVISOR_ADDR=" + e.addr}
 	round := func(args ...string) (int, string, string) {

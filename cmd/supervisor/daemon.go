@@ -46,30 +46,30 @@ type edgeOptions struct {
 
 // startDaemon listens on listen and spawns the actor tree, behind the edge
 // gate with its defaults. tlsConf nil means plaintext.
-func startDaemon(listen string, tlsConf *tls.Config, cfg actors.Config) (*daemon, error) {
-	d, _, err := startDaemonEdge(listen, tlsConf, cfg, edgeOptions{})
+func startDaemon(listen string, tlsConf *tls.Config, cfg actors.Config, deps actors.Deps) (*daemon, error) {
+	d, _, err := startDaemonEdge(listen, tlsConf, cfg, deps, edgeOptions{})
 	return d, err
 }
 
 // startDaemonEdge is startDaemon with the edge's settings; it also returns
 // the gate.
-func startDaemonEdge(listen string, tlsConf *tls.Config, cfg actors.Config, eo edgeOptions) (*daemon, *edge.Gate, error) {
-	if cfg.Metrics == nil {
-		cfg.Metrics = actors.NewMetrics(nil)
+func startDaemonEdge(listen string, tlsConf *tls.Config, cfg actors.Config, deps actors.Deps, eo edgeOptions) (*daemon, *edge.Gate, error) {
+	if deps.Metrics == nil {
+		deps.Metrics = actors.NewMetrics(nil)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
 	}
 	// The gate answers refusals through the engine, which exists only once
 	// the remote is up: until then (no message can have passed the
 	// listener yet) there is nobody to answer.
 	var engine atomic.Pointer[actor.Engine]
-	log := cfg.Logger
+	log := deps.Logger
 	gate := edge.New(edge.Config{
-		Self: listen, Root: rootPID(listen), Policy: eo.policy, Relays: relays(cfg),
+		Self: listen, Root: rootPID(listen), Policy: eo.policy, Relays: relays(deps),
 		PeerRate: eo.peerRate, PeerBurst: eo.peerBurst, ReplyRate: eo.replyRate, ReplyBurst: eo.replyBurst,
-		Rejected: cfg.Metrics.RemoteRejected, Logger: log,
-		Rounds: cfg.Metrics.Rounds,
+		Rejected: deps.Metrics.RemoteRejected, Logger: log,
+		Rounds: deps.Metrics.Rounds,
 		Reply: func(to *actor.PID, msg any) {
 			e := engine.Load()
 			if e == nil {
@@ -90,24 +90,24 @@ func startDaemonEdge(listen string, tlsConf *tls.Config, cfg actors.Config, eo e
 		return nil, nil, err
 	}
 	engine.Store(e)
-	cfg.Hold = rem.Hold
+	deps.Hold = rem.Hold
 	// The MCP front before the tree, whose threads are pointed at it; it
 	// is closed after the tree (stop), when no thread uses it any more.
-	front := cfg.MCPFront
+	front := deps.MCPFront
 	if front == nil {
-		if front, err = mcpfront.New(mcpfront.Options{Logger: cfg.Logger}); err != nil {
+		if front, err = mcpfront.New(mcpfront.Options{Logger: deps.Logger}); err != nil {
 			rem.Stop().Wait()
 			return nil, nil, err
 		}
-		cfg.MCPFront = front
+		deps.MCPFront = front
 	}
-	root, err := actors.SpawnRoot(e, cfg)
+	root, err := actors.SpawnRoot(e, cfg, deps)
 	if err != nil {
 		rem.Stop().Wait()
 		_ = front.Close()
 		return nil, nil, err
 	}
-	return &daemon{engine: e, rem: rem, root: root, log: cfg.Logger, front: front}, gate, nil
+	return &daemon{engine: e, rem: rem, root: root, log: deps.Logger, front: front}, gate, nil
 }
 
 // newRemoteEngine is an engine behind a remote listening on listen (mutual
@@ -186,8 +186,8 @@ func freeLoopbackAddr() (string, error) {
 
 // relays is the edge's relay prefix: a cluster member's relays take the
 // owners' answers (actors/relay.go); a single node has none.
-func relays(cfg actors.Config) string {
-	if cfg.Placement == nil {
+func relays(deps actors.Deps) string {
+	if deps.Placement == nil {
 		return ""
 	}
 	return actors.RelayPrefix

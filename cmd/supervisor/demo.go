@@ -89,7 +89,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	d, err := startDaemon(listen, nil, actors.Config{
 		Homes: homes, Workspace: workspace, CodexBin: bin,
-		Overrides: demomodel.Overrides(model.URL()), Logger: log,
+		Overrides: demomodel.Overrides(model.URL()),
 		// An empty HOME: the CLI's login shells must not read the
 		// operator's own profile (and print its noise into tool output).
 		CodexEnv: []string{"HOME=" + home},
@@ -97,7 +97,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// request: the second round's command asks to leave the sandbox,
 		// and its auto_approve answers.
 		Sandbox: codexproto.SandboxReadOnly, ApprovalPolicy: codexproto.ApprovalOnRequest,
-	})
+	}, actors.Deps{Logger: log})
 	if err != nil {
 		return err
 	}

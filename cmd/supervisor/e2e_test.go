@@ -18,7 +18,6 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/edge"
 	"github.com/meshweaver/supervisor/mcpecho"
@@ -200,7 +199,7 @@ func TestCodexKilledMidRound(t *testing.T) {
 // TestEventKinds checks each kind of event a round reports, with its
 // payload, against what the model scripted.
 func TestEventKinds(t *testing.T) {
-	e := newEnv(t, func(c *actors.Config) { c.Sandbox = "workspace-write" })
+	e := newEnv(t, func(c *daemonSetup) { c.Sandbox = "workspace-write" })
 
 	t.Run("reasoning, text and usage", func(t *testing.T) {
 		u1 := demomodel.Usage{InputTokens: 1200, CachedInputTokens: 300, OutputTokens: 45, ReasoningOutputTokens: 7, TotalTokens: 1245}
@@ -401,7 +400,7 @@ func TestMCPBackConnection(t *testing.T) {
 		// Under on-request codex asks before an unannotated MCP tool runs;
 		// with AutoApprove the daemon accepts (TestMCPApprovalFollowsAutoApprove
 		// has the decline without it).
-		e := newEnv(t, func(c *actors.Config) { c.ApprovalPolicy = "on-request" })
+		e := newEnv(t, func(c *daemonSetup) { c.ApprovalPolicy = "on-request" })
 		s := startMCP(t, false)
 		_, _, res := run(t, e, s, "gina")
 		if res.Failed || res.Output != "echo: hi there" {
@@ -486,7 +485,7 @@ func TestMCPSettingsFollowEachRound(t *testing.T) {
 // mesh's MCP back-connection can run unless the tool is annotated
 // readOnlyHint.
 func TestMCPApprovalFollowsAutoApprove(t *testing.T) {
-	e := newEnv(t, func(c *actors.Config) { c.ApprovalPolicy = "on-request" })
+	e := newEnv(t, func(c *daemonSetup) { c.ApprovalPolicy = "on-request" })
 	s, err := mcpecho.Start(mcpecho.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -514,7 +513,7 @@ func TestMCPApprovalFollowsAutoApprove(t *testing.T) {
 // sandbox, codex asks before every command and patch; the daemon approves
 // with AutoApprove and declines without it.
 func TestApprovals(t *testing.T) {
-	e := newEnv(t, func(c *actors.Config) {
+	e := newEnv(t, func(c *daemonSetup) {
 		c.ApprovalPolicy = "untrusted"
 		c.Sandbox = "workspace-write"
 	})
@@ -675,7 +674,7 @@ func TestSameThreadQueues(t *testing.T) {
 // TestQueueLimit: with QueueLimit 1, a round behind one waiting round gets a
 // busy verdict at once; the waiting one runs when the first ends.
 func TestQueueLimit(t *testing.T) {
-	e := newEnv(t, func(c *actors.Config) { c.QueueLimit = 1 })
+	e := newEnv(t, func(c *daemonSetup) { c.QueueLimit = 1 })
 	e.model.Enqueue(demomodel.Respond(demomodel.Message("working")).Hang(), demomodel.Text("queued answer"))
 	id1 := e.startRound(messages.StartRound{User: "kim", Thread: "q", Text: "hang"})
 	e.waitEvent(id1, "a text delta", func(ev messages.RoundEvent) bool { return ev.Kind == messages.KindText })

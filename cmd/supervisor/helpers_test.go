@@ -67,7 +67,7 @@ type env struct {
 	homes     string
 	workspace string
 	model     *demomodel.Server
-	cfg       actors.Config
+	cfg       daemonSetup
 	logs      *syncBuffer // the daemon's log at debug level, the app-servers' stderr included
 
 	edge       edgeOptions                       // the daemon's edge settings
@@ -81,19 +81,26 @@ type env struct {
 	nextID     int
 }
 
+// daemonSetup is what a test's daemon starts with: the tree's settings and
+// its dependencies, which the tests' mutators set side by side.
+type daemonSetup struct {
+	actors.Config
+	actors.Deps
+}
+
 // newEnv starts a mock model and a daemon (cfg adjusted by mutate) with a
 // remote caller. The model catalog codexhome writes is passed to every
 // app-server, so "mock-model" is known and the apply_patch tool exists.
 // Cleanup stops the caller and the daemon and checks that no codex process
 // of the test is left.
-func newEnv(t *testing.T, mutate func(*actors.Config)) *env {
+func newEnv(t *testing.T, mutate func(*daemonSetup)) *env {
 	t.Helper()
 	return newEnvEdge(t, mutate, testEdge, nil)
 }
 
 // newEnvEdge is newEnv with the daemon's edge settings and an adjustment
 // of the caller's remote (nil: none).
-func newEnvEdge(t *testing.T, mutate func(*actors.Config), eo edgeOptions, clientWith func(remote.Config) remote.Config) *env {
+func newEnvEdge(t *testing.T, mutate func(*daemonSetup), eo edgeOptions, clientWith func(remote.Config) remote.Config) *env {
 	t.Helper()
 	bin := codexBin(t)
 	root := t.TempDir()
@@ -124,16 +131,17 @@ func newEnvEdge(t *testing.T, mutate func(*actors.Config), eo edgeOptions, clien
 	if err := os.WriteFile(catalogPath, catalog, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.cfg = actors.Config{
+	e.cfg = daemonSetup{Config: actors.Config{
 		Homes:     e.homes,
 		Workspace: e.workspace,
 		CodexBin:  bin,
 		Overrides: append(codexhome.Overrides(model.URL()), "model_catalog_json="+strconv.Quote(catalogPath)),
 		StopGrace: time.Second,
-		Logger:    slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		CodexEnv:  testCodexEnv(t),
-		Metrics:   actors.NewMetrics(nil), // the tests read the daemon's counters
-	}
+	}, Deps: actors.Deps{
+		Logger:  slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics: actors.NewMetrics(nil), // the tests read the daemon's counters
+	}}
 	if mutate != nil {
 		mutate(&e.cfg)
 	}
@@ -155,7 +163,7 @@ func (e *env) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	d, _, err := startDaemonEdge(addr, nil, e.cfg, e.edge)
+	d, _, err := startDaemonEdge(addr, nil, e.cfg.Config, e.cfg.Deps, e.edge)
 	if err != nil {
 		e.t.Fatalf("startDaemon: %v", err)
 	}

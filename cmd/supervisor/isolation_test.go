@@ -32,8 +32,8 @@ var testUIDs = isolate.Range{Lo: 210000, Hi: 210999}
 // become passable (0711) for the users' uids and the model catalog
 // readable, as an operator's would be; the workspace is shared and, with
 // writable, bound read-write and writable by every user.
-func isolated(t *testing.T, mode string, writable, allowShared bool) func(*actors.Config) {
-	return func(c *actors.Config) {
+func isolated(t *testing.T, mode string, writable, allowShared bool) func(*daemonSetup) {
+	return func(c *daemonSetup) {
 		root := filepath.Dir(c.Homes)
 		for _, d := range []string{filepath.Dir(root), root} {
 			if err := os.Chmod(d, 0o711); err != nil {
@@ -98,7 +98,7 @@ func testUsersIsolated(t *testing.T, mode, sandbox string) {
 	// A secret of the daemon's own environment, which no app-server sees.
 	const daemonSecret = "daemon-env-secret-4b1d"
 	t.Setenv("MESHWEAVER_TEST_DAEMON_SECRET", daemonSecret)
-	e := newEnv(t, func(c *actors.Config) {
+	e := newEnv(t, func(c *daemonSetup) {
 		c.Sandbox = sandbox
 		isolated(t, mode, true, false)(c)
 	})

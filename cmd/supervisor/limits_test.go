@@ -109,7 +109,7 @@ func TestUserLimitsContainAHostileAgent(t *testing.T) {
 		t.Skip(err)
 	}
 	metrics := actors.NewMetrics(nil)
-	e := newEnv(t, func(c *actors.Config) {
+	e := newEnv(t, func(c *daemonSetup) {
 		catalog := c.Overrides[len(c.Overrides)-1] // model_catalog_json
 		c.Overrides = append(codexhome.Overrides(model.URL()), catalog)
 		c.Sandbox = "danger-full-access"

@@ -38,7 +38,7 @@ func TestMCPFrontKeepsThreadWarm(t *testing.T) {
 	})
 }
 
-func testMCPFront(t *testing.T, mutate func(*actors.Config)) {
+func testMCPFront(t *testing.T, mutate func(*daemonSetup)) {
 	readOnly := mcpecho.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}}
 	s1, err := mcpecho.Start(readOnly)
 	if err != nil {
@@ -53,7 +53,7 @@ func testMCPFront(t *testing.T, mutate func(*actors.Config)) {
 	// After the servers: the daemon stops first (its CLI ends its MCP
 	// sessions), then they do.
 	metrics := actors.NewMetrics(nil)
-	e := newEnv(t, func(c *actors.Config) {
+	e := newEnv(t, func(c *daemonSetup) {
 		c.Metrics = metrics
 		if mutate != nil {
 			mutate(c)

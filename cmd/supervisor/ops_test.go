@@ -60,7 +60,7 @@ type opsRig struct {
 	model     *demomodel.Server
 	logs      *syncbuf.Buffer
 	reg       *prometheus.Registry
-	cfg       actors.Config
+	cfg       daemonSetup
 	tlsConf   *tls.Config
 	d         *daemon
 	addr      string
@@ -69,7 +69,7 @@ type opsRig struct {
 // opsNewRig starts a mock model and a daemon. mutate adjusts the
 // configuration before the start. Cleanup stops the daemon, checks that no
 // codex process of the rig is left, then closes the model.
-func opsNewRig(t *testing.T, tlsConf *tls.Config, mutate func(*actors.Config)) *opsRig {
+func opsNewRig(t *testing.T, tlsConf *tls.Config, mutate func(*daemonSetup)) *opsRig {
 	t.Helper()
 	root := t.TempDir()
 	r := &opsRig{
@@ -89,16 +89,17 @@ func opsNewRig(t *testing.T, tlsConf *tls.Config, mutate func(*actors.Config)) *
 	}
 	r.model = model
 	t.Cleanup(model.Close) // registered first: runs after the daemon stopped
-	r.cfg = actors.Config{
+	r.cfg = daemonSetup{Config: actors.Config{
 		Homes:     r.homes,
 		Workspace: r.workspace,
 		CodexBin:  r.bin,
 		Overrides: opsOverrides(t, root, model.URL()),
 		StopGrace: time.Second,
-		Logger:    slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Metrics:   actors.NewMetrics(r.reg),
 		CodexEnv:  testCodexEnv(t),
-	}
+	}, Deps: actors.Deps{
+		Logger:  slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics: actors.NewMetrics(r.reg),
+	}}
 	if mutate != nil {
 		mutate(&r.cfg)
 	}
@@ -106,7 +107,7 @@ func opsNewRig(t *testing.T, tlsConf *tls.Config, mutate func(*actors.Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _, err := startDaemonEdge(addr, tlsConf, r.cfg, testEdge)
+	d, _, err := startDaemonEdge(addr, tlsConf, r.cfg.Config, r.cfg.Deps, testEdge)
 	if err != nil {
 		t.Fatalf("startDaemon: %v", err)
 	}
@@ -457,7 +458,7 @@ func opsWaitMetric(t *testing.T, url, name, labels string, what string, ok func(
 // prefix, and the round.
 func TestOpsMetricsAndHealth(t *testing.T) {
 	const user, thread = "ops-alice-7f3c", "ops/mesh/thread-9d2e"
-	r := opsNewRig(t, nil, func(c *actors.Config) {
+	r := opsNewRig(t, nil, func(c *daemonSetup) {
 		c.IdleTimeout = 3 * time.Second
 		c.RestartBackoff = time.Millisecond
 	})
@@ -651,7 +652,7 @@ func TestOpsMetricsAndHealth(t *testing.T) {
 // busy thread; a queued round when the daemon stops) or the root (a round
 // refused while draining).
 func TestOpsEveryVerdictIsCounted(t *testing.T) {
-	r := opsNewRig(t, nil, func(c *actors.Config) { c.QueueLimit = 1 })
+	r := opsNewRig(t, nil, func(c *daemonSetup) { c.QueueLimit = 1 })
 	c := opsNewCaller(t, r.addr, nil)
 	const user = "count-alice"
 

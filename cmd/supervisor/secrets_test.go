@@ -20,7 +20,6 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -181,7 +180,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	const marker = "SUPERVISOR_CODEX_MARKER=codex-env-7c1d"
 
 	// --- the real CLI ---
-	r := opsNewRig(t, nil, func(c *actors.Config) {
+	r := opsNewRig(t, nil, func(c *daemonSetup) {
 		c.CodexEnv = append(c.CodexEnv, marker)
 		c.RestartBackoff = time.Millisecond
 	})
@@ -331,7 +330,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fr := opsNewRig(t, nil, func(c *actors.Config) {
+	fr := opsNewRig(t, nil, func(c *daemonSetup) {
 		c.CodexBin, c.CodexArgs = launch.Path, launch.Args
 		c.CodexEnv = append(c.CodexEnv, launch.Env...)
 		c.RestartBackoff = time.Millisecond

@@ -292,8 +292,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit,
 		IdleTimeout: o.idleTimeout, MaxLive: o.maxLive, StallTimeout: o.stallTimeout,
 		LoginGrant: o.loginGrant, MaxUsers: o.maxUsers, UserIdle: o.userIdle,
-		Isolation: iso, Contain: cgroups, Disk: disk, Logger: log, Metrics: metrics, Placement: placement, Member: o.cluster.memberOf(),
+		Member:      o.cluster.memberOf(),
 		CallerGrace: o.callers.callerGrace, RoundRetention: o.callers.roundRetention,
+	}, actors.Deps{
+		Logger: log, Metrics: metrics, Placement: placement, Isolation: iso, Contain: cgroups, Disk: disk,
 	}, edgeOptions{
 		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
 		limits: remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
