@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshweaver/supervisor/actors/eventmap"
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
@@ -108,7 +109,7 @@ type appServerActor struct {
 	starting bool
 	queue    []any // openThread and appCall waiting for a ready process
 	threads  threadRouter
-	children childThreads            // child agents' threads → their parents
+	children eventmap.ChildThreads   // child agents' threads → their parents
 	askers   map[string]*actor.PID   // round actor id → its log, for rounds that ask (askVia)
 	loaded   map[string]loadedThread // threads the current process holds
 	opening  map[mcpfront.Key]int    // opens in flight holding a front key (settings.go)

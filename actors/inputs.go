@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/meshweaver/supervisor/actors/eventmap"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/messages"
 )
@@ -35,9 +37,9 @@ type policyBounds struct {
 // (read-only, never), its sandbox as the bound, its approval policy as the
 // only one allowed.
 func (b policyBounds) withDefaults() policyBounds {
-	b.Sandbox = orDefault(b.Sandbox, messages.SandboxReadOnly)
-	b.Approval = orDefault(b.Approval, messages.ApprovalNever)
-	b.MaxSandbox = orDefault(b.MaxSandbox, b.Sandbox)
+	b.Sandbox = cmp.Or(b.Sandbox, messages.SandboxReadOnly)
+	b.Approval = cmp.Or(b.Approval, messages.ApprovalNever)
+	b.MaxSandbox = cmp.Or(b.MaxSandbox, b.Sandbox)
 	if len(b.Approvals) == 0 {
 		b.Approvals = []string{b.Approval}
 	}
@@ -61,7 +63,7 @@ var approvalSafety = []string{messages.ApprovalUntrusted, messages.ApprovalOnReq
 // allowed one that asks the most. Each clamp is described in notes, for the
 // caller. An unknown mode (validation lets none through) is an error.
 func clampPolicy(sandbox, approval string, b policyBounds) (outSandbox, outApproval string, notes []string, err error) {
-	outSandbox, outApproval = orDefault(sandbox, b.Sandbox), orDefault(approval, b.Approval)
+	outSandbox, outApproval = cmp.Or(sandbox, b.Sandbox), cmp.Or(approval, b.Approval)
 	got, ok := sandboxRank[outSandbox]
 	max, okMax := sandboxRank[b.MaxSandbox]
 	if !ok || !okMax {
@@ -260,9 +262,9 @@ func turnStartParams(base codexproto.TurnStartParams, req messages.StartRound, w
 }
 
 // roundMapper is the mapper of a round that asked for req.
-func roundMapper(req messages.StartRound) *mapper {
-	m := newMapper()
-	m.configure(req)
+func roundMapper(req messages.StartRound) *eventmap.Mapper {
+	m := eventmap.NewMapper()
+	m.Configure(req)
 	return m
 }
 
@@ -282,4 +284,16 @@ func (r *roundActor) turnStart(text string, v codexproto.Version) (codexproto.Tu
 func (r *roundActor) bounds() policyBounds {
 	return policyBounds{Sandbox: r.cfg.Sandbox, Approval: r.cfg.ApprovalPolicy,
 		MaxSandbox: r.cfg.MaxSandbox, Approvals: r.cfg.ApprovalPolicies}
+}
+
+// clip bounds s to n bytes on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && (s[i]&0xC0) == 0x80 {
+		i--
+	}
+	return s[:i] + "…[truncated]"
 }

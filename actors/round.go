@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/meshweaver/supervisor/actors/eventmap"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/mcpfront"
@@ -31,7 +33,7 @@ type roundActor struct {
 	roundWiring
 	req    roundRequest
 	phase  roundPhase // changed by enter only
-	mapper *mapper
+	mapper *eventmap.Mapper
 
 	thread  roundThread  // the codex thread, and how it was had
 	turn    roundTurn    // the codex turn
@@ -77,7 +79,7 @@ type roundTurn struct {
 	// as soon as it has one. It is a request held, not a phase: the round
 	// goes on opening meanwhile.
 	owed bool
-	end  *turnEnd // what turn/completed said; nil until the turn's end came
+	end  *eventmap.TurnEnd // what turn/completed said; nil until the turn's end came
 }
 
 // roundVerdict is the round's verdict once decided, and the answers it
@@ -220,7 +222,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.conclude()
 		}
 	case roundNote:
-		r.onNote(m.note, readHead(m.note))
+		r.onNote(m.note, eventmap.ReadHead(m.note))
 	case roundNotes:
 		for i, n := range m.notes {
 			r.onNote(n, m.heads[i])
@@ -281,22 +283,22 @@ func (r *roundActor) flush(all bool) {
 }
 
 // onNote takes one notification of the round's thread (or of its child
-// agents' threads), in wire order, with its header (readHead).
-func (r *roundActor) onNote(n *codexrpc.Notification, hd header) {
+// agents' threads), in wire order, with its header (eventmap.ReadHead).
+func (r *roundActor) onNote(n *codexrpc.Notification, hd eventmap.Header) {
 	if r.phase.decided() {
 		return
 	}
-	if isProgress(n) {
+	if eventmap.IsProgress(n) {
 		r.clock.lastProgress = time.Now()
 	}
 	if n.Method == codexproto.NoteTurnStarted {
 		r.turn.begun = true // the CLI holds the user's message now
 	}
-	events, end := r.mapper.headed(n, hd)
-	if r.phase == phaseTurnStart && r.mapper.turnID != "" {
+	events, end := r.mapper.Headed(n, hd)
+	if r.phase == phaseTurnStart && r.mapper.TurnID() != "" {
 		r.enter(phaseRunning) // turn/started came before turn/start's answer
 	}
-	if r.turn.owed && r.mapper.turnID != "" {
+	if r.turn.owed && r.mapper.TurnID() != "" {
 		r.turn.owed = false // asked before the turn had an id; it has one now
 		r.interruptTurn(nil)
 	}
@@ -321,7 +323,7 @@ func (r *roundActor) currentTurn() string {
 	if r.turn.id != "" {
 		return r.turn.id
 	}
-	return r.mapper.turnID
+	return r.mapper.TurnID()
 }
 
 // stop interrupts the turn, or asks for that as soon as it has an id.
@@ -358,7 +360,7 @@ func (r *roundActor) checkStall() {
 	}
 }
 
-func (r *roundActor) turnEnded(end *turnEnd) {
+func (r *roundActor) turnEnded(end *eventmap.TurnEnd) {
 	r.turn.end = end
 	switch {
 	case r.out.state == outboxClosed:
@@ -375,9 +377,9 @@ func (r *roundActor) turnEnded(end *turnEnd) {
 	case codexproto.TurnCompleted:
 		r.finish(messages.StatusCompleted, "", "")
 	case codexproto.TurnInterrupted:
-		r.finish(messages.StatusInterrupted, orDefault(end.Error, "the turn was interrupted"), end.CodexErrorInfo)
+		r.finish(messages.StatusInterrupted, cmp.Or(end.Error, "the turn was interrupted"), end.CodexErrorInfo)
 	default:
-		r.finish(messages.StatusFailed, orDefault(end.Error, "the turn failed"), end.CodexErrorInfo)
+		r.finish(messages.StatusFailed, cmp.Or(end.Error, "the turn failed"), end.CodexErrorInfo)
 	}
 }
 
@@ -398,7 +400,7 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		Error: errText, CodexErrorInfo: info,
 	}
 	r.verdict.decided = v
-	r.mapper.decorate(v, r.turn.end)
+	r.mapper.Decorate(v, r.turn.end)
 	if r.verdict.limit != "" {
 		// The limit is why the round failed, or what its turn worked
 		// around: either way the caller is told, typed.
@@ -590,7 +592,7 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 		// damaged, or its resume was refused) and none of it seeds this one.
 		r.thread.lostCtx = (r.thread.known.damaged || r.thread.by == openedFellBack) && text == r.req.Text
 	}
-	r.mapper.setThread(m.threadID, m.model)
+	r.mapper.SetThread(m.threadID, m.model)
 	params, notes, err := r.turnStart(text, m.version)
 	if err != nil {
 		status := messages.StatusFailed
