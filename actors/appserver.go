@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/actors/eventmap"
+	"github.com/meshweaver/supervisor/actors/policy"
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
@@ -237,7 +238,7 @@ func (a *appServerActor) Receive(c *actor.Context) {
 	case codexServerRequest:
 		if m.gen != a.gen {
 			// A process on its way out: its requests get the safe answer.
-			res, err := declineAnswer(m.req.Method)
+			res, err := policy.Decline(m.req.Method)
 			m.reply <- serverAnswer{result: res, err: err}
 			return
 		}

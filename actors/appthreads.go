@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/actors/eventmap"
+	"github.com/meshweaver/supervisor/actors/policy"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/mcpfront"
@@ -359,7 +360,7 @@ func (a *appServerActor) answer(m codexServerRequest) serverAnswer {
 		a.engine.Send(log, serverAsk{req: m.req, child: child, reply: m.reply})
 		return serverAnswer{wait: maxAskWait}
 	}
-	res, question, err := answerServerRequest(m.req, ok && s.autoApprove)
+	res, question, err := policy.Answer(m.req, ok && s.autoApprove)
 	if question != "" && ok {
 		a.engine.Send(s.round, questionAsked{text: question})
 	}

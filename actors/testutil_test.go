@@ -2,10 +2,7 @@ package actors
 
 import (
 	"encoding/json"
-	"errors"
 	"strconv"
-
-	"github.com/meshweaver/supervisor/codexrpc"
 )
 
 func mustJSON(v any) string {
@@ -27,7 +24,5 @@ func jsonEqual(a, b any) bool {
 	}
 	return norm(a) == norm(b)
 }
-
-func asWire(err error, we **codexrpc.WireError) bool { return errors.As(err, we) }
 
 func itoa(i int) string { return strconv.Itoa(i) }

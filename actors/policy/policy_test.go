@@ -1,4 +1,4 @@
-package actors
+package policy
 
 import (
 	"encoding/json"
@@ -21,8 +21,8 @@ func TestEffectivePolicy(t *testing.T) {
 		{messages.PolicyAsk, false, messages.PolicyAsk},
 		{messages.PolicyAuto, false, messages.PolicyAuto},
 	} {
-		if got := effectivePolicy(tt.p, tt.auto); got != tt.want {
-			t.Errorf("effectivePolicy(%q, %v) = %q, want %q", tt.p, tt.auto, got, tt.want)
+		if got := Effective(tt.p, tt.auto); got != tt.want {
+			t.Errorf("Effective(%q, %v) = %q, want %q", tt.p, tt.auto, got, tt.want)
 		}
 	}
 }
@@ -63,13 +63,13 @@ func TestDescribeAndAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			shown, ok := describeRequest(tt.r)
+			shown, ok := Describe(tt.r)
 			if ok != tt.wantShow || shown.Type != tt.shown {
-				t.Fatalf("describeRequest = %+v, %v; want type %q, %v", shown, ok, tt.shown, tt.wantShow)
+				t.Fatalf("Describe = %+v, %v; want type %q, %v", shown, ok, tt.shown, tt.wantShow)
 			}
-			res, _, err := callerAnswer(tt.r, tt.answer)
+			res, _, err := CallerAnswer(tt.r, tt.answer)
 			if (err != nil) != tt.wantErr {
-				t.Fatalf("callerAnswer error = %v, want error %v", err, tt.wantErr)
+				t.Fatalf("CallerAnswer error = %v, want error %v", err, tt.wantErr)
 			}
 			if err != nil {
 				return
@@ -80,13 +80,13 @@ func TestDescribeAndAnswer(t *testing.T) {
 			}
 		})
 	}
-	if s, _ := describeRequest(cmd); s.Command != "ls" || s.Cwd != "/w" || s.Reason != "why" || s.ItemID != "i1" {
+	if s, _ := Describe(cmd); s.Command != "ls" || s.Cwd != "/w" || s.Reason != "why" || s.ItemID != "i1" {
 		t.Errorf("command shown as %+v", s)
 	}
-	if s, _ := describeRequest(input); len(s.Questions) != 1 || s.Questions[0].Options[1] != "sqlite" {
+	if s, _ := Describe(input); len(s.Questions) != 1 || s.Questions[0].Options[1] != "sqlite" {
 		t.Errorf("questions shown as %+v", s.Questions)
 	}
-	if s, _ := describeRequest(elicit); s.Schema == "" || s.Message != "Colour?" {
+	if s, _ := Describe(elicit); s.Schema == "" || s.Message != "Colour?" {
 		t.Errorf("elicitation shown as %+v", s)
 	}
 }
@@ -116,7 +116,7 @@ func TestPolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, q, err := answerServerRequest(tt.req, tt.auto)
+			res, q, err := Answer(tt.req, tt.auto)
 			got := mustJSON(res)
 			if err != nil {
 				var we *codexrpc.WireError

@@ -1,22 +1,23 @@
-package actors
+package policy
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 )
 
-// answerServerRequest is the in-line policy for requests the CLI sends:
+// Answer is the in-line policy for requests the CLI sends:
 // approvals are accepted with auto-approve and declined without; a question
 // for the user gets blank answers and is surfaced (question is its text);
 // an MCP elicitation is declined; anything else is method-not-found, which
 // the CLI treats as declined.
-func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, question string, err error) {
+func Answer(r *codexrpc.Request, autoApprove bool) (result any, question string, err error) {
 	switch r.Method {
 	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
 		d := codexproto.DecisionDecline
@@ -63,15 +64,15 @@ func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, que
 	return nil, "", &codexrpc.WireError{Code: codexrpc.CodeMethodNotFound, Message: "method not found: " + r.Method}
 }
 
-// declineAnswer is the answer when the policy could not be consulted.
-func declineAnswer(method string) (any, error) {
-	res, _, err := answerServerRequest(&codexrpc.Request{Method: method, Params: json.RawMessage("{}")}, false)
+// Decline is the answer when the policy could not be consulted.
+func Decline(method string) (any, error) {
+	res, _, err := Answer(&codexrpc.Request{Method: method, Params: json.RawMessage("{}")}, false)
 	return res, err
 }
 
-// effectivePolicy is a round's request policy: the explicit one, or the
+// Effective is a round's request policy: the explicit one, or the
 // one auto_approve meant before on_request existed.
-func effectivePolicy(p messages.RequestPolicy, autoApprove bool) messages.RequestPolicy {
+func Effective(p messages.RequestPolicy, autoApprove bool) messages.RequestPolicy {
 	if p != messages.PolicyDefault {
 		return p
 	}
@@ -81,11 +82,11 @@ func effectivePolicy(p messages.RequestPolicy, autoApprove bool) messages.Reques
 	return messages.PolicyDecline
 }
 
-// describeRequest is what a caller is shown of a server request under the
+// Describe is what a caller is shown of a server request under the
 // ask policy (RequestID and the deadline are the asker's to fill in); ok
 // is false for a method the policy does not put to anyone (answered
 // method-not-found in-line).
-func describeRequest(r *codexrpc.Request) (shown messages.ServerRequest, ok bool) {
+func Describe(r *codexrpc.Request) (shown messages.ServerRequest, ok bool) {
 	switch r.Method {
 	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
 		var p codexproto.ApprovalParams
@@ -130,10 +131,10 @@ func describeRequest(r *codexrpc.Request) (shown messages.ServerRequest, ok bool
 	return shown, false
 }
 
-// callerAnswer turns a caller's AnswerRequest into the answer codex gets
+// CallerAnswer turns a caller's AnswerRequest into the answer codex gets
 // for r, with the outcome to report; an error says what is wrong with the
 // answer (the request stays open).
-func callerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, outcome string, err error) {
+func CallerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, outcome string, err error) {
 	switch r.Method {
 	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
 		d, ok := map[string]string{
@@ -183,4 +184,12 @@ func callerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, ou
 		return nil, "", errors.New("an elicitation needs a decision: accept, decline or cancel")
 	}
 	return nil, "", fmt.Errorf("cannot answer %s", r.Method)
+}
+
+// truncateRunes bounds s to n runes, marking the cut.
+func truncateRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
 }
