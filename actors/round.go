@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/meshweaver/supervisor/actors/eventmap"
+	"github.com/meshweaver/supervisor/actors/turninput"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/mcpfront"
@@ -596,7 +597,7 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 	params, notes, err := r.turnStart(text, m.version)
 	if err != nil {
 		status := messages.StatusFailed
-		if errors.Is(err, errInput) {
+		if errors.Is(err, turninput.ErrInput) {
 			status = messages.StatusRejected
 		}
 		r.finish(status, err.Error(), "")
@@ -736,4 +737,29 @@ func truncateRunes(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n]) + "…"
+}
+
+// roundMapper is the mapper of a round that asked for req.
+func roundMapper(req messages.StartRound) *eventmap.Mapper {
+	m := eventmap.NewMapper()
+	m.Configure(req)
+	return m
+}
+
+// turnStart is the round's turn/start: text (the request's, seeded for a
+// fresh thread) with its inputs, within the operator's bounds, for a CLI
+// of version v; notes tell the caller what was clamped.
+func (r *roundActor) turnStart(text string, v codexproto.Version) (codexproto.TurnStartSurfaceParams, []string, error) {
+	req := r.req.StartRound
+	req.Text = text
+	return turninput.Params(codexproto.TurnStartParams{ThreadID: r.thread.id, Summary: "auto",
+		Model: r.req.Model, Effort: r.req.Effort, ClientUserMessageID: r.req.ClientMessageID},
+		req, r.cfg.Workspace, v, r.bounds())
+}
+
+// bounds are the operator's bounds on a round's sandbox and approval
+// policy.
+func (r *roundActor) bounds() turninput.Bounds {
+	return turninput.Bounds{Sandbox: r.cfg.Sandbox, Approval: r.cfg.ApprovalPolicy,
+		MaxSandbox: r.cfg.MaxSandbox, Approvals: r.cfg.ApprovalPolicies}
 }
