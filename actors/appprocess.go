@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/meshweaver/supervisor/actors/policy"
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
@@ -92,7 +93,7 @@ func (a *appServerActor) launch() {
 				case <-t.C:
 				}
 				// Never leave the CLI waiting: decline what could not be decided.
-				return declineAnswer(r.Method)
+				return policy.Decline(r.Method)
 			},
 		},
 	}

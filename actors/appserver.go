@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshweaver/supervisor/actors/eventmap"
+	"github.com/meshweaver/supervisor/actors/policy"
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
@@ -182,7 +184,7 @@ type callTable struct {
 // notifications and server requests to rounds.
 type appThreads struct {
 	router   threadRouter            // thread → its subscribed round, and the early notes
-	children childThreads            // child agents' threads → their parents
+	children eventmap.ChildThreads   // child agents' threads → their parents
 	askers   map[string]*actor.PID   // round actor id → its log, for rounds that ask (askVia)
 	loaded   map[string]loadedThread // threads the current process holds
 	opening  map[mcpfront.Key]int    // opens in flight holding a front key (settings.go)
@@ -344,7 +346,7 @@ func (a *appServerActor) Receive(c *actor.Context) {
 	case codexServerRequest:
 		if m.gen != a.gen {
 			// A process on its way out: its requests get the safe answer.
-			res, err := declineAnswer(m.req.Method)
+			res, err := policy.Decline(m.req.Method)
 			m.reply <- serverAnswer{result: res, err: err}
 			return
 		}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshweaver/supervisor/actors/eventmap"
+	"github.com/meshweaver/supervisor/actors/policy"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/mcpfront"
@@ -213,18 +215,18 @@ func (a *appServerActor) unloadIdle() {
 // nobody runs). Rate-limit updates go to every running round (a usage
 // limit's reset time) as well as to a login session.
 func (a *appServerActor) route(n *codexrpc.Notification) {
-	d, err := noteHeadAfter(n.Params, &a.threads.lastHead) // once, for the round too
+	d, err := eventmap.NoteHeadAfter(n.Params, &a.threads.lastHead) // once, for the round too
 	if err == nil {
 		a.threads.lastHead = d
 	}
-	hd := header{d: d, err: err}
+	hd := eventmap.Header{Delta: d, Err: err}
 	threadID, ok := d.ThreadID, err == nil
 	if !ok {
-		if threadID, ok = threadOf(n.Params); !ok {
+		if threadID, ok = eventmap.ThreadOf(n.Params); !ok {
 			return
 		}
 	}
-	parent, _ := a.threads.children.note(n)
+	parent, _ := a.threads.children.Note(n)
 	if threadID == "" && parent != "" {
 		threadID = parent // a child's thread/started: its parent's round hears of it
 	}
@@ -240,8 +242,8 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 		}
 		return
 	}
-	round, ok := a.threads.router.route(a.threads.children.root(threadID), n)
-	if ok && n.Method == codexproto.NoteTurnCompleted && a.threads.children.root(threadID) == threadID {
+	round, ok := a.threads.router.route(a.threads.children.Root(threadID), n)
+	if ok && n.Method == codexproto.NoteTurnCompleted && a.threads.children.Root(threadID) == threadID {
 		if res := a.limits.met(threadID, a.cfg.Metrics); res != "" {
 			a.sendRouted() // what came before, then the limit, then the end
 			a.engine.Send(round, limitMet{resource: res})
@@ -261,11 +263,11 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 type routed struct {
 	to    *actor.PID
 	notes []*codexrpc.Notification
-	heads []header
+	heads []eventmap.Header
 }
 
 // toRound routes n to round, after what is routed to another round.
-func (a *appServerActor) toRound(round *actor.PID, n *codexrpc.Notification, hd header) {
+func (a *appServerActor) toRound(round *actor.PID, n *codexrpc.Notification, hd eventmap.Header) {
 	if a.threads.routed.to != nil && !a.threads.routed.to.Equals(round) {
 		a.sendRouted()
 	}
@@ -346,8 +348,8 @@ func scrubURLs(text string) string {
 // agent of a round) with on_request ask, hands it to the round's log,
 // which answers m.reply itself once its caller did or the deadline passed.
 func (a *appServerActor) answer(m codexServerRequest) serverAnswer {
-	threadID, _ := threadOf(m.req.Params)
-	root := a.threads.children.root(threadID) // a child agent's request is its round's
+	threadID, _ := eventmap.ThreadOf(m.req.Params)
+	root := a.threads.children.Root(threadID) // a child agent's request is its round's
 	s, ok := a.threads.router.lookup(root)
 	if ok && a.threads.askers[s.round.ID] != nil {
 		log := a.threads.askers[s.round.ID]
@@ -358,7 +360,7 @@ func (a *appServerActor) answer(m codexServerRequest) serverAnswer {
 		a.engine.Send(log, serverAsk{req: m.req, child: child, reply: m.reply})
 		return serverAnswer{wait: maxAskWait}
 	}
-	res, question, err := answerServerRequest(m.req, ok && s.autoApprove)
+	res, question, err := policy.Answer(m.req, ok && s.autoApprove)
 	if question != "" && ok {
 		a.engine.Send(s.round, questionAsked{text: question})
 	}

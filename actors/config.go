@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/meshweaver/supervisor/actors/turninput"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/edge"
@@ -321,22 +320,6 @@ func newTree(cfg Config, deps Deps) (*tree, error) {
 // CheckBounds checks the operator's bounds on rounds' sandbox and approval
 // policy: known modes, the defaults within them.
 func (c *Config) CheckBounds() error {
-	if c.MaxSandbox != "" {
-		max, ok := sandboxRank[c.MaxSandbox]
-		if !ok {
-			return fmt.Errorf("max sandbox %q is not a sandbox mode", c.MaxSandbox)
-		}
-		if sandboxRank[c.Sandbox] > max {
-			return fmt.Errorf("the sandbox %s is above the max sandbox %s", c.Sandbox, c.MaxSandbox)
-		}
-	}
-	for _, a := range c.ApprovalPolicies {
-		if !slices.Contains(approvalSafety, a) {
-			return fmt.Errorf("approval policy %q is not one of %s", a, strings.Join(approvalSafety, ", "))
-		}
-	}
-	if len(c.ApprovalPolicies) > 0 && !slices.Contains(c.ApprovalPolicies, c.ApprovalPolicy) {
-		return fmt.Errorf("the allowed approval policies do not include the default %s", c.ApprovalPolicy)
-	}
-	return nil
+	return turninput.Bounds{Sandbox: c.Sandbox, Approval: c.ApprovalPolicy,
+		MaxSandbox: c.MaxSandbox, Approvals: c.ApprovalPolicies}.Check()
 }

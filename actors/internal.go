@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meshweaver/supervisor/actors/eventmap"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/contain"
@@ -229,7 +230,7 @@ type roundNote struct{ note *codexrpc.Notification }
 // headers (heads[i] is notes[i]'s).
 type roundNotes struct {
 	notes []*codexrpc.Notification
-	heads []header
+	heads []eventmap.Header
 }
 
 // questionAsked surfaces a requestUserInput question to the round.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/meshweaver/supervisor/actors/eventmap"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
@@ -351,10 +352,10 @@ func (a *loginActor) rateLimitsAnswered(requester *actor.PID, raw json.RawMessag
 		return
 	}
 	if len(res.ByLimitID) == 0 {
-		resp.Limits = []messages.RateLimit{rateLimit(res.RateLimits)}
+		resp.Limits = []messages.RateLimit{eventmap.RateLimit(res.RateLimits)}
 	}
 	for _, id := range slices.Sorted(maps.Keys(res.ByLimitID)) {
-		l := rateLimit(res.ByLimitID[id])
+		l := eventmap.RateLimit(res.ByLimitID[id])
 		if l.LimitID == "" {
 			l.LimitID = id
 		}

@@ -3,6 +3,7 @@ package actors
 import (
 	"time"
 
+	"github.com/meshweaver/supervisor/actors/eventmap"
 	"github.com/meshweaver/supervisor/messages"
 )
 
@@ -45,7 +46,7 @@ func (o *outbox) add(ev messages.RoundEvent, limit int) (queued, overflowed bool
 		return false, false
 	}
 	if n := len(o.pending); n > 0 {
-		if coalesces(o.pending[n-1], ev) {
+		if eventmap.Coalesces(o.pending[n-1], ev) {
 			o.tail = append(o.tail, ev.Text...) // += on the string would copy it whole for every delta
 			return false, false
 		}

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/meshweaver/supervisor/actors/eventmap"
+	"github.com/meshweaver/supervisor/actors/turninput"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/mcpfront"
@@ -31,7 +34,7 @@ type roundActor struct {
 	roundWiring
 	req    roundRequest
 	phase  roundPhase // changed by enter only
-	mapper *mapper
+	mapper *eventmap.Mapper
 
 	thread  roundThread  // the codex thread, and how it was had
 	turn    roundTurn    // the codex turn
@@ -77,7 +80,7 @@ type roundTurn struct {
 	// as soon as it has one. It is a request held, not a phase: the round
 	// goes on opening meanwhile.
 	owed bool
-	end  *turnEnd // what turn/completed said; nil until the turn's end came
+	end  *eventmap.TurnEnd // what turn/completed said; nil until the turn's end came
 }
 
 // roundVerdict is the round's verdict once decided, and the answers it
@@ -220,7 +223,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 			r.conclude()
 		}
 	case roundNote:
-		r.onNote(m.note, readHead(m.note))
+		r.onNote(m.note, eventmap.ReadHead(m.note))
 	case roundNotes:
 		for i, n := range m.notes {
 			r.onNote(n, m.heads[i])
@@ -281,22 +284,22 @@ func (r *roundActor) flush(all bool) {
 }
 
 // onNote takes one notification of the round's thread (or of its child
-// agents' threads), in wire order, with its header (readHead).
-func (r *roundActor) onNote(n *codexrpc.Notification, hd header) {
+// agents' threads), in wire order, with its header (eventmap.ReadHead).
+func (r *roundActor) onNote(n *codexrpc.Notification, hd eventmap.Header) {
 	if r.phase.decided() {
 		return
 	}
-	if isProgress(n) {
+	if eventmap.IsProgress(n) {
 		r.clock.lastProgress = time.Now()
 	}
 	if n.Method == codexproto.NoteTurnStarted {
 		r.turn.begun = true // the CLI holds the user's message now
 	}
-	events, end := r.mapper.headed(n, hd)
-	if r.phase == phaseTurnStart && r.mapper.turnID != "" {
+	events, end := r.mapper.Headed(n, hd)
+	if r.phase == phaseTurnStart && r.mapper.TurnID() != "" {
 		r.enter(phaseRunning) // turn/started came before turn/start's answer
 	}
-	if r.turn.owed && r.mapper.turnID != "" {
+	if r.turn.owed && r.mapper.TurnID() != "" {
 		r.turn.owed = false // asked before the turn had an id; it has one now
 		r.interruptTurn(nil)
 	}
@@ -321,7 +324,7 @@ func (r *roundActor) currentTurn() string {
 	if r.turn.id != "" {
 		return r.turn.id
 	}
-	return r.mapper.turnID
+	return r.mapper.TurnID()
 }
 
 // stop interrupts the turn, or asks for that as soon as it has an id.
@@ -358,7 +361,7 @@ func (r *roundActor) checkStall() {
 	}
 }
 
-func (r *roundActor) turnEnded(end *turnEnd) {
+func (r *roundActor) turnEnded(end *eventmap.TurnEnd) {
 	r.turn.end = end
 	switch {
 	case r.out.state == outboxClosed:
@@ -375,9 +378,9 @@ func (r *roundActor) turnEnded(end *turnEnd) {
 	case codexproto.TurnCompleted:
 		r.finish(messages.StatusCompleted, "", "")
 	case codexproto.TurnInterrupted:
-		r.finish(messages.StatusInterrupted, orDefault(end.Error, "the turn was interrupted"), end.CodexErrorInfo)
+		r.finish(messages.StatusInterrupted, cmp.Or(end.Error, "the turn was interrupted"), end.CodexErrorInfo)
 	default:
-		r.finish(messages.StatusFailed, orDefault(end.Error, "the turn failed"), end.CodexErrorInfo)
+		r.finish(messages.StatusFailed, cmp.Or(end.Error, "the turn failed"), end.CodexErrorInfo)
 	}
 }
 
@@ -398,7 +401,7 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 		Error: errText, CodexErrorInfo: info,
 	}
 	r.verdict.decided = v
-	r.mapper.decorate(v, r.turn.end)
+	r.mapper.Decorate(v, r.turn.end)
 	if r.verdict.limit != "" {
 		// The limit is why the round failed, or what its turn worked
 		// around: either way the caller is told, typed.
@@ -590,11 +593,11 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 		// damaged, or its resume was refused) and none of it seeds this one.
 		r.thread.lostCtx = (r.thread.known.damaged || r.thread.by == openedFellBack) && text == r.req.Text
 	}
-	r.mapper.setThread(m.threadID, m.model)
+	r.mapper.SetThread(m.threadID, m.model)
 	params, notes, err := r.turnStart(text, m.version)
 	if err != nil {
 		status := messages.StatusFailed
-		if errors.Is(err, errInput) {
+		if errors.Is(err, turninput.ErrInput) {
 			status = messages.StatusRejected
 		}
 		r.finish(status, err.Error(), "")
@@ -734,4 +737,29 @@ func truncateRunes(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n]) + "…"
+}
+
+// roundMapper is the mapper of a round that asked for req.
+func roundMapper(req messages.StartRound) *eventmap.Mapper {
+	m := eventmap.NewMapper()
+	m.Configure(req)
+	return m
+}
+
+// turnStart is the round's turn/start: text (the request's, seeded for a
+// fresh thread) with its inputs, within the operator's bounds, for a CLI
+// of version v; notes tell the caller what was clamped.
+func (r *roundActor) turnStart(text string, v codexproto.Version) (codexproto.TurnStartSurfaceParams, []string, error) {
+	req := r.req.StartRound
+	req.Text = text
+	return turninput.Params(codexproto.TurnStartParams{ThreadID: r.thread.id, Summary: "auto",
+		Model: r.req.Model, Effort: r.req.Effort, ClientUserMessageID: r.req.ClientMessageID},
+		req, r.cfg.Workspace, v, r.bounds())
+}
+
+// bounds are the operator's bounds on a round's sandbox and approval
+// policy.
+func (r *roundActor) bounds() turninput.Bounds {
+	return turninput.Bounds{Sandbox: r.cfg.Sandbox, Approval: r.cfg.ApprovalPolicy,
+		MaxSandbox: r.cfg.MaxSandbox, Approvals: r.cfg.ApprovalPolicies}
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/meshweaver/supervisor/actors/policy"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -21,8 +22,8 @@ import (
 // address unreachable, or a local caller stopped) does not end the round
 // at once: after CallerGrace with nobody attached, the round is
 // interrupted. It also puts the requests of a round with on_request ask to
-// the callers and answers codex with what they say (see ask.go's part of
-// policy.go).
+// the callers and answers codex with what they say (package policy says
+// what a request shows and what a caller's answer becomes).
 type roundLog struct {
 	logWiring
 	req   roundRequest // as admitted: replyTo is the first caller
@@ -424,7 +425,7 @@ func (l *roundLog) stopped() {
 
 // policy is the round's effective request policy.
 func (l *roundLog) policy() messages.RequestPolicy {
-	return effectivePolicy(l.req.OnRequest, l.req.AutoApprove)
+	return policy.Effective(l.req.OnRequest, l.req.AutoApprove)
 }
 
 // The ask policy's messages.
@@ -459,9 +460,9 @@ type pendingAsk struct {
 
 // ask puts a server request to the callers, with a deadline.
 func (l *roundLog) ask(m serverAsk) {
-	shown, ok := describeRequest(m.req)
+	shown, ok := policy.Describe(m.req)
 	if !ok || l.verdict != nil {
-		res, err := declineAnswer(m.req.Method)
+		res, err := policy.Decline(m.req.Method)
 		m.reply <- serverAnswer{result: res, err: err}
 		return
 	}
@@ -487,7 +488,7 @@ func (l *roundLog) answer(m messages.AnswerRequest) messages.RoundControlled {
 		ans.Error = fmt.Sprintf("no open request %q in this round", truncateRunes(m.RequestID, 64))
 		return ans
 	}
-	res, outcome, err := callerAnswer(a.req, m)
+	res, outcome, err := policy.CallerAnswer(a.req, m)
 	if err != nil {
 		ans.Error = err.Error()
 		return ans
@@ -516,7 +517,7 @@ func (l *roundLog) closeAsks(outcome string) {
 }
 
 func (l *roundLog) closeAsk(id string, a *pendingAsk, outcome string) {
-	res, err := declineAnswer(a.req.Method)
+	res, err := policy.Decline(a.req.Method)
 	a.reply <- serverAnswer{result: res, err: err}
 	a.timer.Stop()
 	delete(l.asks, id)

@@ -7,24 +7,6 @@ import (
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
-func TestThreadOf(t *testing.T) {
-	for _, tt := range []struct {
-		params string
-		want   string
-		ok     bool
-	}{
-		{`{"threadId":"t1","turnId":"u"}`, "t1", true},
-		{`{"turnId":"u"}`, "", true},
-		{`{}`, "", true},
-		{`[1]`, "", false},
-		{``, "", false},
-	} {
-		if got, ok := threadOf([]byte(tt.params)); got != tt.want || ok != tt.ok {
-			t.Errorf("threadOf(%s) = %q, %v; want %q, %v", tt.params, got, ok, tt.want, tt.ok)
-		}
-	}
-}
-
 // The router's rules, as a script: a subscribed thread's notifications go
 // to its round; others are kept, up to the limit in all, and handed over on
 // subscribe; an unsubscribe (by that round only) forgets what was kept;

@@ -1,33 +1,5 @@
 package actors
 
-import (
-	"encoding/json"
-	"errors"
-	"strconv"
-
-	"github.com/meshweaver/supervisor/codexrpc"
-)
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "!" + err.Error()
-	}
-	return string(b)
-}
-
-// jsonEqual compares by JSON encoding, so nil and empty slices are equal.
-func jsonEqual(a, b any) bool {
-	norm := func(v any) string {
-		s := mustJSON(v)
-		if s == "[]" {
-			return "null"
-		}
-		return s
-	}
-	return norm(a) == norm(b)
-}
-
-func asWire(err error, we **codexrpc.WireError) bool { return errors.As(err, we) }
+import "strconv"
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -23,7 +23,7 @@ import (
 // per-turn sandbox, command output deltas and the turn diff. Every line
 // both ways is checked against the pinned schema (startCLI traces them).
 
-var updateSurface = flag.Bool("update-surface", false, "rewrite ../actors/testdata/recordings/subagent.jsonl from the real CLI")
+var updateSurface = flag.Bool("update-surface", false, "rewrite ../actors/eventmap/testdata/recordings/subagent.jsonl from the real CLI")
 
 // surfaceCLI starts the real CLI with an empty HOME and TMPDIR=/var/tmp.
 func surfaceCLI(t *testing.T) *cli {
@@ -111,7 +111,7 @@ func TestRealCLISubagent(t *testing.T) {
 		t.Errorf("child text = %q, want %q", text.String(), "child found it")
 	}
 	if *updateSurface {
-		writeRecording(t, filepath.Join("..", "actors", "testdata", "recordings", "subagent.jsonl"), c.notes.snapshot())
+		writeRecording(t, filepath.Join("..", "actors", "eventmap", "testdata", "recordings", "subagent.jsonl"), c.notes.snapshot())
 	}
 }
 

@@ -1,4 +1,4 @@
-package actors
+package policy
 
 import (
 	"encoding/json"
@@ -21,8 +21,8 @@ func TestEffectivePolicy(t *testing.T) {
 		{messages.PolicyAsk, false, messages.PolicyAsk},
 		{messages.PolicyAuto, false, messages.PolicyAuto},
 	} {
-		if got := effectivePolicy(tt.p, tt.auto); got != tt.want {
-			t.Errorf("effectivePolicy(%q, %v) = %q, want %q", tt.p, tt.auto, got, tt.want)
+		if got := Effective(tt.p, tt.auto); got != tt.want {
+			t.Errorf("Effective(%q, %v) = %q, want %q", tt.p, tt.auto, got, tt.want)
 		}
 	}
 }
@@ -63,13 +63,13 @@ func TestDescribeAndAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			shown, ok := describeRequest(tt.r)
+			shown, ok := Describe(tt.r)
 			if ok != tt.wantShow || shown.Type != tt.shown {
-				t.Fatalf("describeRequest = %+v, %v; want type %q, %v", shown, ok, tt.shown, tt.wantShow)
+				t.Fatalf("Describe = %+v, %v; want type %q, %v", shown, ok, tt.shown, tt.wantShow)
 			}
-			res, _, err := callerAnswer(tt.r, tt.answer)
+			res, _, err := CallerAnswer(tt.r, tt.answer)
 			if (err != nil) != tt.wantErr {
-				t.Fatalf("callerAnswer error = %v, want error %v", err, tt.wantErr)
+				t.Fatalf("CallerAnswer error = %v, want error %v", err, tt.wantErr)
 			}
 			if err != nil {
 				return
@@ -80,51 +80,57 @@ func TestDescribeAndAnswer(t *testing.T) {
 			}
 		})
 	}
-	if s, _ := describeRequest(cmd); s.Command != "ls" || s.Cwd != "/w" || s.Reason != "why" || s.ItemID != "i1" {
+	if s, _ := Describe(cmd); s.Command != "ls" || s.Cwd != "/w" || s.Reason != "why" || s.ItemID != "i1" {
 		t.Errorf("command shown as %+v", s)
 	}
-	if s, _ := describeRequest(input); len(s.Questions) != 1 || s.Questions[0].Options[1] != "sqlite" {
+	if s, _ := Describe(input); len(s.Questions) != 1 || s.Questions[0].Options[1] != "sqlite" {
 		t.Errorf("questions shown as %+v", s.Questions)
 	}
-	if s, _ := describeRequest(elicit); s.Schema == "" || s.Message != "Colour?" {
+	if s, _ := Describe(elicit); s.Schema == "" || s.Message != "Colour?" {
 		t.Errorf("elicitation shown as %+v", s)
 	}
 }
 
-func TestChildThreads(t *testing.T) {
-	var ct childThreads
-	ct.limit = 2
-	note := func(id, parent string) {
-		p := `null`
-		if parent != "" {
-			p = `"` + parent + `"`
-		}
-		ct.note(&codexrpc.Notification{Method: "thread/started", Params: json.RawMessage(`{"thread":{"id":"` + id + `","parentThreadId":` + p + `}}`)})
+func TestPolicy(t *testing.T) {
+	req := func(method, params string) *codexrpc.Request {
+		return &codexrpc.Request{ID: json.RawMessage("0"), Method: method, Params: json.RawMessage(params)}
 	}
-	note("root", "")
-	note("kid", "root")
-	note("grandkid", "kid")
-	if got := ct.root("grandkid"); got != "root" {
-		t.Errorf("root(grandkid) = %q, want root", got)
+	tests := []struct {
+		name     string
+		req      *codexrpc.Request
+		auto     bool
+		want     string // JSON of the result, or "error <code>"
+		question string
+	}{
+		{"command approval, auto", req(codexproto.ReqCommandApproval, `{}`), true, `{"decision":"accept"}`, ""},
+		{"command approval, not auto", req(codexproto.ReqCommandApproval, `{}`), false, `{"decision":"decline"}`, ""},
+		{"patch approval, auto", req(codexproto.ReqFileChangeApproval, `{}`), true, `{"decision":"accept"}`, ""},
+		{"patch approval, not auto", req(codexproto.ReqFileChangeApproval, `{}`), false, `{"decision":"decline"}`, ""},
+		{"elicitation declined even with auto", req(codexproto.ReqElicitation, `{}`), true, `{"action":"decline"}`, ""},
+		{"mcp tool approval accepted with auto", req(codexproto.ReqElicitation, `{"_meta":{"codex_approval_kind":"mcp_tool_call"}}`), true, `{"action":"accept","content":{}}`, ""},
+		{"mcp tool approval declined without auto", req(codexproto.ReqElicitation, `{"_meta":{"codex_approval_kind":"mcp_tool_call"}}`), false, `{"action":"decline"}`, ""},
+		{"user input: blank answers, question surfaced",
+			req(codexproto.ReqUserInput, `{"questions":[{"id":"db","header":"Database","question":"Which database?","options":[{"label":"Postgres"},{"label":"SQLite"}]}]}`),
+			false, `{"answers":{"db":{"answers":[]}}}`, "Codex asks: Which database? (Postgres / SQLite)"},
+		{"unknown request", req("item/tool/call", `{}`), true, "error -32601", ""},
 	}
-	if got := ct.root("stranger"); got != "stranger" {
-		t.Errorf("root(stranger) = %q", got)
-	}
-	note("a", "x")
-	if got := ct.root("kid"); got != "kid" {
-		t.Errorf("the oldest child was not forgotten past the limit: root(kid) = %q", got)
-	}
-	ct.note(&codexrpc.Notification{Method: "item/started", Params: json.RawMessage(`{"thread":{"id":"b","parentThreadId":"a"}}`)})
-	if got := ct.root("b"); got != "b" {
-		t.Errorf("a notification other than thread/started made a child: %q", got)
-	}
-	// codex 0.169.0: the parent's collab tool call names the children.
-	ct = childThreads{}
-	ct.note(&codexrpc.Notification{Method: "item/completed", Params: json.RawMessage(
-		`{"item":{"type":"collabAgentToolCall","tool":"spawnAgent","senderThreadId":"p","receiverThreadIds":["c1","c2"]},"threadId":"p"}`)})
-	ct.note(&codexrpc.Notification{Method: "item/completed", Params: json.RawMessage(
-		`{"item":{"type":"commandExecution","senderThreadId":"p","receiverThreadIds":["x"]},"threadId":"p"}`)})
-	if ct.root("c1") != "p" || ct.root("c2") != "p" || ct.root("x") != "x" {
-		t.Errorf("from a collab item: c1→%q c2→%q x→%q; want p, p, x", ct.root("c1"), ct.root("c2"), ct.root("x"))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, q, err := Answer(tt.req, tt.auto)
+			got := mustJSON(res)
+			if err != nil {
+				var we *codexrpc.WireError
+				if !asWire(err, &we) {
+					t.Fatalf("error %v is not a WireError", err)
+				}
+				got = "error " + itoa(we.Code)
+			}
+			if got != tt.want {
+				t.Errorf("answer = %s, want %s", got, tt.want)
+			}
+			if q != tt.question {
+				t.Errorf("question = %q, want %q", q, tt.question)
+			}
+		})
 	}
 }

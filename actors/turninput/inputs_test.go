@@ -1,9 +1,10 @@
-package actors
+package turninput
 
 import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,47 +20,47 @@ func TestClampPolicy(t *testing.T) {
 	tests := []struct {
 		name               string
 		sandbox, approval  string
-		bounds             policyBounds
+		bounds             Bounds
 		wantSandbox, wantA string
 		notes              int
 		wantErr            string
 	}{
-		{name: "defaults when nothing asked", bounds: policyBounds{},
+		{name: "defaults when nothing asked", bounds: Bounds{},
 			wantSandbox: "read-only", wantA: "never"},
-		{name: "operator defaults", bounds: policyBounds{Sandbox: "workspace-write", Approval: "on-request"},
+		{name: "operator defaults", bounds: Bounds{Sandbox: "workspace-write", Approval: "on-request"},
 			wantSandbox: "workspace-write", wantA: "on-request"},
 		{name: "within the bound", sandbox: "workspace-write", approval: "untrusted",
-			bounds:      policyBounds{MaxSandbox: "workspace-write", Approvals: all},
+			bounds:      Bounds{MaxSandbox: "workspace-write", Approvals: all},
 			wantSandbox: "workspace-write", wantA: "untrusted"},
 		{name: "below the bound", sandbox: "read-only",
-			bounds:      policyBounds{MaxSandbox: "danger-full-access", Approvals: all},
+			bounds:      Bounds{MaxSandbox: "danger-full-access", Approvals: all},
 			wantSandbox: "read-only", wantA: "never"},
 		{name: "above the bound is clamped", sandbox: "danger-full-access",
-			bounds:      policyBounds{MaxSandbox: "workspace-write", Approvals: all},
+			bounds:      Bounds{MaxSandbox: "workspace-write", Approvals: all},
 			wantSandbox: "workspace-write", wantA: "never", notes: 1},
 		{name: "the default bound is the default sandbox", sandbox: "workspace-write",
-			bounds:      policyBounds{},
+			bounds:      Bounds{},
 			wantSandbox: "read-only", wantA: "never", notes: 1},
 		{name: "approval not allowed: the one that asks most", approval: "never",
-			bounds:      policyBounds{Approval: "untrusted", Approvals: []string{"on-request", "untrusted"}},
+			bounds:      Bounds{Approval: "untrusted", Approvals: []string{"on-request", "untrusted"}},
 			wantSandbox: "read-only", wantA: "untrusted", notes: 1},
 		{name: "approval not allowed, next safest", approval: "never",
-			bounds:      policyBounds{Approval: "on-request", Approvals: []string{"on-request"}},
+			bounds:      Bounds{Approval: "on-request", Approvals: []string{"on-request"}},
 			wantSandbox: "read-only", wantA: "on-request", notes: 1},
 		{name: "both clamped", sandbox: "danger-full-access", approval: "never",
-			bounds:      policyBounds{Approval: "untrusted"},
+			bounds:      Bounds{Approval: "untrusted"},
 			wantSandbox: "read-only", wantA: "untrusted", notes: 2},
-		{name: "unknown sandbox", sandbox: "chroot", bounds: policyBounds{}, wantErr: `sandbox "chroot"`},
-		{name: "unknown bound", bounds: policyBounds{MaxSandbox: "chroot"}, wantErr: `bound "chroot"`},
-		{name: "unknown approval", approval: "always", bounds: policyBounds{}, wantErr: `approval policy "always"`},
-		{name: "no approval allowed", approval: "never", bounds: policyBounds{Approvals: []string{"sometimes"}}, wantErr: "allows no approval policy"},
+		{name: "unknown sandbox", sandbox: "chroot", bounds: Bounds{}, wantErr: `sandbox "chroot"`},
+		{name: "unknown bound", bounds: Bounds{MaxSandbox: "chroot"}, wantErr: `bound "chroot"`},
+		{name: "unknown approval", approval: "always", bounds: Bounds{}, wantErr: `approval policy "always"`},
+		{name: "no approval allowed", approval: "never", bounds: Bounds{Approvals: []string{"sometimes"}}, wantErr: "allows no approval policy"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, a, notes, err := clampPolicy(tt.sandbox, tt.approval, tt.bounds.withDefaults())
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, errInput) {
-					t.Fatalf("err = %v, want errInput containing %q", err, tt.wantErr)
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, ErrInput) {
+					t.Fatalf("err = %v, want ErrInput containing %q", err, tt.wantErr)
 				}
 				return
 			}
@@ -70,6 +71,31 @@ func TestClampPolicy(t *testing.T) {
 				t.Errorf("clampPolicy = %q, %q, notes %q; want %q, %q, %d notes", s, a, notes, tt.wantSandbox, tt.wantA, tt.notes)
 			}
 		})
+	}
+}
+
+// Check refuses the operator's bounds that no round could run within.
+func TestBoundsCheck(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		b       Bounds
+		wantErr string
+	}{
+		{name: "nothing set"},
+		{name: "the default within the bound", b: Bounds{Sandbox: "read-only", MaxSandbox: "workspace-write"}},
+		{name: "the default above the bound", b: Bounds{Sandbox: "danger-full-access", MaxSandbox: "workspace-write"},
+			wantErr: "the sandbox danger-full-access is above the max sandbox workspace-write"},
+		{name: "unknown bound", b: Bounds{MaxSandbox: "chroot"}, wantErr: `max sandbox "chroot" is not a sandbox mode`},
+		{name: "allowed approvals with the default", b: Bounds{Approval: "never", Approvals: []string{"never", "on-request"}}},
+		{name: "unknown approval", b: Bounds{Approval: "never", Approvals: []string{"never", "always"}},
+			wantErr: `approval policy "always" is not one of untrusted, on-request, never`},
+		{name: "the default not allowed", b: Bounds{Approval: "never", Approvals: []string{"untrusted"}},
+			wantErr: "the allowed approval policies do not include the default never"},
+	} {
+		err := tt.b.Check()
+		if got := fmt.Sprint(err); (tt.wantErr == "" && err != nil) || (tt.wantErr != "" && got != tt.wantErr) {
+			t.Errorf("%s: Check() = %v, want %q", tt.name, err, tt.wantErr)
+		}
 	}
 }
 
@@ -170,8 +196,8 @@ func TestImageInputs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := imageInputs(tt.in, ws)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, errInput) {
-					t.Fatalf("err = %v, want errInput containing %q", err, tt.wantErr)
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, ErrInput) {
+					t.Fatalf("err = %v, want ErrInput containing %q", err, tt.wantErr)
 				}
 				return
 			}
@@ -219,7 +245,7 @@ func TestTurnStartParams(t *testing.T) {
 		Sandbox:           messages.SandboxWorkspaceWrite,
 		ApprovalPolicy:    messages.ApprovalOnRequest,
 	}
-	bounds := policyBounds{MaxSandbox: messages.SandboxWorkspaceWrite, Approvals: []string{"never", "on-request"}}
+	bounds := Bounds{MaxSandbox: messages.SandboxWorkspaceWrite, Approvals: []string{"never", "on-request"}}
 	for _, tt := range []struct {
 		name       string
 		version    codexproto.Version
@@ -230,7 +256,7 @@ func TestTurnStartParams(t *testing.T) {
 		{"old CLI: context folded into the text", codexproto.Version{Major: 0, Minor: 134, Patch: 9}, "describe it\n\n<ctx>\nv\n</ctx>", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p, notes, err := turnStartParams(base, req, ws, tt.version, bounds)
+			p, notes, err := Params(base, req, ws, tt.version, bounds)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -260,7 +286,7 @@ func TestTurnStartParams(t *testing.T) {
 		})
 	}
 	t.Run("a round asking for nothing gets the defaults sent", func(t *testing.T) {
-		p, _, err := turnStartParams(base, messages.StartRound{Text: "hi"}, ws, codexproto.Version{Minor: 169}, policyBounds{})
+		p, _, err := Params(base, messages.StartRound{Text: "hi"}, ws, codexproto.Version{Minor: 169}, Bounds{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,10 +294,10 @@ func TestTurnStartParams(t *testing.T) {
 			t.Errorf("params = %s", mustJSON(p))
 		}
 	})
-	t.Run("bad input is errInput", func(t *testing.T) {
-		_, _, err := turnStartParams(base, messages.StartRound{Text: "hi", Images: []messages.ImageInput{{Path: "out.png"}}}, ws, codexproto.Version{Minor: 169}, policyBounds{})
-		if !errors.Is(err, errInput) {
-			t.Errorf("err = %v, want errInput", err)
+	t.Run("bad input is ErrInput", func(t *testing.T) {
+		_, _, err := Params(base, messages.StartRound{Text: "hi", Images: []messages.ImageInput{{Path: "out.png"}}}, ws, codexproto.Version{Minor: 169}, Bounds{})
+		if !errors.Is(err, ErrInput) {
+			t.Errorf("err = %v, want ErrInput", err)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package actors
+package eventmap
 
 import (
 	"encoding/json"

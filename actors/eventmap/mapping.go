@@ -1,4 +1,4 @@
-package actors
+package eventmap
 
 import (
 	"bytes"
@@ -19,8 +19,8 @@ const maxToolOutput = 256 << 10
 // maxDiff bounds one file's diff in a file change event.
 const maxDiff = 64 << 10
 
-// turnEnd is what turn/completed says.
-type turnEnd struct {
+// TurnEnd is what turn/completed says.
+type TurnEnd struct {
 	TurnID         string
 	Status         string // codexproto.Turn* status
 	Error          string
@@ -29,16 +29,16 @@ type turnEnd struct {
 	ErrorInfo *messages.ErrorInfo
 }
 
-// mapper turns one round's app-server notifications into round events. It
+// Mapper turns one round's app-server notifications into round events. It
 // is pure apart from its own bookkeeping: which items streamed deltas (so a
 // completed item is not repeated), the answer text (for the journal), the
 // round's thread and its subagents' threads, the model, the last error.
-type mapper struct {
+type Mapper struct {
 	streamed map[string]bool
 	answer   strings.Builder
 	turnID   string // from turn/started: the round's own turn
 
-	// thread is the round's codex thread (setThread, else turn/started);
+	// thread is the round's codex thread (SetThread, else turn/started);
 	// while it is unknown every notification counts as the round's own.
 	thread string
 	// children are the subagent threads spawned in the round, by id; their
@@ -75,28 +75,30 @@ type childThread struct {
 	lastMessage string // its last completed agent message
 }
 
-func newMapper() *mapper {
-	return &mapper{streamed: make(map[string]bool), children: make(map[string]*childThread), now: time.Now, loc: time.Local}
+// NewMapper returns a mapper for one round; Configure tells it what the
+// round asked for.
+func NewMapper() *Mapper {
+	return &Mapper{streamed: make(map[string]bool), children: make(map[string]*childThread), now: time.Now, loc: time.Local}
 }
 
-// configure takes what the round asked for: command output deltas, a
+// Configure takes what the round asked for: command output deltas, a
 // structured answer, a model.
-func (m *mapper) configure(req messages.StartRound) {
+func (m *Mapper) Configure(req messages.StartRound) {
 	m.streamOutput = req.StreamCommandOutput
 	m.structured = req.OutputSchema != ""
 	m.askedModel = req.Model
 }
 
-// setThread names the round's codex thread and the model thread/start or
+// SetThread names the round's codex thread and the model thread/start or
 // thread/resume answered with.
-func (m *mapper) setThread(threadID, model string) {
+func (m *Mapper) SetThread(threadID, model string) {
 	m.thread = threadID
 	m.threadModel = model
 }
 
 // ChildThreads returns the subagent threads of the round so far. The
 // app-server side routes their notifications to the round.
-func (m *mapper) ChildThreads() []string {
+func (m *Mapper) ChildThreads() []string {
 	out := make([]string, 0, len(m.children))
 	for id := range m.children {
 		out = append(out, id)
@@ -106,14 +108,14 @@ func (m *mapper) ChildThreads() []string {
 
 // takeNewChildren returns the subagent threads found since the last call,
 // so that the round asks once per thread to have it routed to itself.
-func (m *mapper) takeNewChildren() []string {
+func (m *Mapper) takeNewChildren() []string {
 	out := m.newChildren
 	m.newChildren = nil
 	return out
 }
 
 // addChild records a subagent thread; it reports whether it is new.
-func (m *mapper) addChild(id string) *childThread {
+func (m *Mapper) addChild(id string) *childThread {
 	if id == "" || id == m.thread {
 		return nil
 	}
@@ -129,7 +131,7 @@ func (m *mapper) addChild(id string) *childThread {
 // Model is the model that ran the round: codex's last word on it
 // (model/rerouted, thread/settings/updated), else the round's own
 // override, else the thread's model.
-func (m *mapper) Model() string {
+func (m *Mapper) Model() string {
 	switch {
 	case m.usedModel != "":
 		return m.usedModel
@@ -139,10 +141,10 @@ func (m *mapper) Model() string {
 	return m.threadModel
 }
 
-// decorate adds to a verdict what the mapper knows: the model, the
+// Decorate adds to a verdict what the mapper knows: the model, the
 // structured answer of a completed round with an output schema, and the
 // class of its error (end's, else the last final error event's).
-func (m *mapper) decorate(v *messages.RoundFinished, end *turnEnd) {
+func (m *Mapper) Decorate(v *messages.RoundFinished, end *TurnEnd) {
 	v.Model = m.Model()
 	if m.structured && v.Status == messages.StatusCompleted {
 		v.StructuredOutput = structuredOutput(m.lastMessage)
@@ -167,7 +169,7 @@ func structuredOutput(text string) string {
 
 // classify classifies an error with the mapper's clock, preferring the
 // reset time of the rate limits for a usage limit.
-func (m *mapper) classify(info json.RawMessage, message string) *messages.ErrorInfo {
+func (m *Mapper) classify(info json.RawMessage, message string) *messages.ErrorInfo {
 	e := classifyError(info, message, m.now(), m.loc)
 	if e.Class == messages.ErrorUsageLimit && m.resetsAt > 0 {
 		e.ResetsAtUnix = m.resetsAt
@@ -175,9 +177,9 @@ func (m *mapper) classify(info json.RawMessage, message string) *messages.ErrorI
 	return &e
 }
 
-// coalesces reports whether next may be merged into last for a slow
+// Coalesces reports whether next may be merged into last for a slow
 // caller: deltas of the same kind, item and thread.
-func coalesces(last, next messages.RoundEvent) bool {
+func Coalesces(last, next messages.RoundEvent) bool {
 	switch next.Kind {
 	case messages.KindText, messages.KindReasoning, messages.KindCommandOutput:
 		return last.Kind == next.Kind && last.ItemID == next.ItemID && last.AgentThread == next.AgentThread
@@ -186,7 +188,10 @@ func coalesces(last, next messages.RoundEvent) bool {
 }
 
 // Answer is the assistant text of the round so far.
-func (m *mapper) Answer() string { return m.answer.String() }
+func (m *Mapper) Answer() string { return m.answer.String() }
+
+// TurnID is the round's own turn, from turn/started; "" until then.
+func (m *Mapper) TurnID() string { return m.turnID }
 
 var deltaKeys = [4]string{"threadId", "turnId", "itemId", "delta"}
 
@@ -196,12 +201,12 @@ var deltaKeys = [4]string{"threadId", "turnId", "itemId", "delta"}
 // (codexrpc.ScanStrings) when it can, else json.Unmarshal, whose error it
 // returns with what it could read.
 func noteHead(params json.RawMessage) (codexproto.Delta, error) {
-	return noteHeadAfter(params, nil)
+	return NoteHeadAfter(params, nil)
 }
 
-// noteHeadAfter is noteHead reusing prev's strings where the members
+// NoteHeadAfter is noteHead reusing prev's strings where the members
 // repeat them (the previous notification's thread, turn and item ids).
-func noteHeadAfter(params json.RawMessage, prev *codexproto.Delta) (codexproto.Delta, error) {
+func NoteHeadAfter(params json.RawMessage, prev *codexproto.Delta) (codexproto.Delta, error) {
 	var v [4]string
 	var p []string
 	if prev != nil {
@@ -218,25 +223,26 @@ func noteHeadAfter(params json.RawMessage, prev *codexproto.Delta) (codexproto.D
 // note maps one notification. It returns the events to send and, for
 // turn/completed, the end of the turn. Anything it does not know yields
 // nothing: no notification may fault a round.
-func (m *mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *turnEnd) {
-	return m.headed(n, readHead(n))
+func (m *Mapper) note(n *codexrpc.Notification) ([]messages.RoundEvent, *TurnEnd) {
+	return m.Headed(n, ReadHead(n))
 }
 
-// header is a notification's noteHead, read once by the app-server actor
+// Header is a notification's noteHead, read once by the app-server actor
 // as it routes the notification and handed to the round with it.
-type header struct {
-	d   codexproto.Delta
-	err error
+type Header struct {
+	Delta codexproto.Delta
+	Err   error
 }
 
-func readHead(n *codexrpc.Notification) header {
+// ReadHead reads n's header.
+func ReadHead(n *codexrpc.Notification) Header {
 	d, err := noteHead(n.Params)
-	return header{d: d, err: err}
+	return Header{Delta: d, Err: err}
 }
 
-// headed is note with the notification's header already read.
-func (m *mapper) headed(n *codexrpc.Notification, hd header) ([]messages.RoundEvent, *turnEnd) {
-	d, derr := hd.d, hd.err
+// Headed is note with the notification's header already read.
+func (m *Mapper) Headed(n *codexrpc.Notification, hd Header) ([]messages.RoundEvent, *TurnEnd) {
+	d, derr := hd.Delta, hd.Err
 	h := codexproto.ThreadHeader{ThreadID: d.ThreadID, TurnID: d.TurnID} // absent or unreadable: the round's own
 	if m.thread != "" && h.ThreadID != "" && h.ThreadID != m.thread {
 		if c := m.children[h.ThreadID]; c != nil {
@@ -317,9 +323,9 @@ func (m *mapper) headed(n *codexrpc.Notification, hd header) ([]messages.RoundEv
 	case codexproto.NoteTurnCompleted:
 		var t codexproto.TurnNotification
 		if json.Unmarshal(n.Params, &t) != nil {
-			return nil, &turnEnd{Status: codexproto.TurnFailed, Error: "turn/completed could not be read"}
+			return nil, &TurnEnd{Status: codexproto.TurnFailed, Error: "turn/completed could not be read"}
 		}
-		end := &turnEnd{TurnID: t.Turn.ID, Status: t.Turn.Status}
+		end := &TurnEnd{TurnID: t.Turn.ID, Status: t.Turn.Status}
 		if t.Turn.Error != nil {
 			end.Error = t.Turn.Error.Message
 			if len(t.Turn.Error.CodexErrorInfo) > 0 && string(t.Turn.Error.CodexErrorInfo) != "null" {
@@ -336,7 +342,7 @@ func (m *mapper) headed(n *codexrpc.Notification, hd header) ([]messages.RoundEv
 
 // item maps item/started and item/completed, of the round's thread (own)
 // or of a subagent's.
-func (m *mapper) item(n *codexrpc.Notification, own bool) []messages.RoundEvent {
+func (m *Mapper) item(n *codexrpc.Notification, own bool) []messages.RoundEvent {
 	var in codexproto.ItemNotification
 	if json.Unmarshal(n.Params, &in) != nil {
 		return nil
@@ -362,7 +368,7 @@ func (m *mapper) item(n *codexrpc.Notification, own bool) []messages.RoundEvent 
 	return m.itemCompleted(&in.Item, own)
 }
 
-func (m *mapper) itemStarted(it *codexproto.Item, sx *codexproto.SurfaceItem) []messages.RoundEvent {
+func (m *Mapper) itemStarted(it *codexproto.Item, sx *codexproto.SurfaceItem) []messages.RoundEvent {
 	call := func(tc messages.ToolCall) []messages.RoundEvent {
 		tc.CallID = it.ID
 		return one(messages.RoundEvent{Kind: messages.KindToolCall, ItemID: it.ID, Tool: &tc})
@@ -382,7 +388,7 @@ func (m *mapper) itemStarted(it *codexproto.Item, sx *codexproto.SurfaceItem) []
 	return nil
 }
 
-func (m *mapper) itemCompleted(it *codexproto.Item, own bool) []messages.RoundEvent {
+func (m *Mapper) itemCompleted(it *codexproto.Item, own bool) []messages.RoundEvent {
 	result := func(r messages.ToolResult) []messages.RoundEvent {
 		r.CallID = it.ID
 		r.Output = clip(r.Output, maxToolOutput)
@@ -542,10 +548,10 @@ func clip(s string, n int) string {
 	return s[:i] + "…[truncated]"
 }
 
-// isProgress reports whether a notification shows the turn moving. An
+// IsProgress reports whether a notification shows the turn moving. An
 // upstream error the CLI retries does not: a model that never answers
 // would otherwise hold its round past the stall deadline for ever.
-func isProgress(n *codexrpc.Notification) bool {
+func IsProgress(n *codexrpc.Notification) bool {
 	if n.Method != codexproto.NoteError {
 		return true
 	}
@@ -554,7 +560,7 @@ func isProgress(n *codexrpc.Notification) bool {
 }
 
 // rateLimit is one rate-limit bucket as the mesh sees it.
-func rateLimit(s codexproto.RateLimitSnapshot) messages.RateLimit {
+func RateLimit(s codexproto.RateLimitSnapshot) messages.RateLimit {
 	str := func(p *string) string {
 		if p == nil {
 			return ""
@@ -584,7 +590,7 @@ func rateLimit(s codexproto.RateLimitSnapshot) messages.RateLimit {
 
 // surfaceNote maps the round's own notifications of the wider surface;
 // ok is false for the others.
-func (m *mapper) surfaceNote(n *codexrpc.Notification) (evs []messages.RoundEvent, ok bool) {
+func (m *Mapper) surfaceNote(n *codexrpc.Notification) (evs []messages.RoundEvent, ok bool) {
 	switch n.Method {
 	case codexproto.NoteTurnDiff:
 		var d codexproto.TurnDiff
@@ -619,7 +625,7 @@ func (m *mapper) surfaceNote(n *codexrpc.Notification) (evs []messages.RoundEven
 }
 
 // noteRateLimits keeps the reset time of an exhausted window.
-func (m *mapper) noteRateLimits(s codexproto.RateLimitSnapshot) {
+func (m *Mapper) noteRateLimits(s codexproto.RateLimitSnapshot) {
 	for _, w := range []*codexproto.RateLimitWindow{s.Primary, s.Secondary} {
 		if w != nil && w.ResetsAt != nil && w.UsedPercent >= 100 && *w.ResetsAt > m.resetsAt {
 			m.resetsAt = *w.ResetsAt
@@ -628,7 +634,7 @@ func (m *mapper) noteRateLimits(s codexproto.RateLimitSnapshot) {
 }
 
 // outputDelta maps a command output delta, for rounds that asked for them.
-func (m *mapper) outputDelta(n *codexrpc.Notification, agent string) []messages.RoundEvent {
+func (m *Mapper) outputDelta(n *codexrpc.Notification, agent string) []messages.RoundEvent {
 	if !m.streamOutput {
 		return nil
 	}
@@ -641,7 +647,7 @@ func (m *mapper) outputDelta(n *codexrpc.Notification, agent string) []messages.
 
 // errorEvent maps an error notification; a final error of the round's own
 // thread is kept for the verdict.
-func (m *mapper) errorEvent(e *codexproto.ErrorNotification, own bool) messages.RoundEvent {
+func (m *Mapper) errorEvent(e *codexproto.ErrorNotification, own bool) messages.RoundEvent {
 	info := m.classify(e.Error.CodexErrorInfo, e.Error.Message)
 	if e.WillRetry { // not a verdict, but the caller should know
 		text := e.Error.Message
@@ -659,7 +665,7 @@ func (m *mapper) errorEvent(e *codexproto.ErrorNotification, own bool) messages.
 // childNote maps a notification of a subagent's thread: its text,
 // reasoning, tools, output, usage and errors, attributed to it. Its turns
 // never end the round.
-func (m *mapper) childNote(n *codexrpc.Notification, h codexproto.ThreadHeader, c *childThread) []messages.RoundEvent {
+func (m *Mapper) childNote(n *codexrpc.Notification, h codexproto.ThreadHeader, c *childThread) []messages.RoundEvent {
 	var evs []messages.RoundEvent
 	switch n.Method {
 	case codexproto.NoteAgentMessageDelta, codexproto.NoteReasoningSummary, codexproto.NoteReasoningText:
@@ -742,7 +748,7 @@ func (m *mapper) childNote(n *codexrpc.Notification, h codexproto.ThreadHeader, 
 // collab maps a collab tool call of an agent: a spawn announces its new
 // threads, a call whose targets reached a final state ends them, anything
 // else is activity.
-func (m *mapper) collab(sx *codexproto.SurfaceItem, completed bool) []messages.RoundEvent {
+func (m *Mapper) collab(sx *codexproto.SurfaceItem, completed bool) []messages.RoundEvent {
 	var evs []messages.RoundEvent
 	for _, id := range sx.ReceiverThreadIDs {
 		c := m.addChild(id)
@@ -775,7 +781,7 @@ func (m *mapper) collab(sx *codexproto.SurfaceItem, completed bool) []messages.R
 }
 
 // subAgentActivity maps a subAgentActivity item.
-func (m *mapper) subAgentActivity(sx *codexproto.SurfaceItem) []messages.RoundEvent {
+func (m *Mapper) subAgentActivity(sx *codexproto.SurfaceItem) []messages.RoundEvent {
 	c := m.addChild(sx.AgentThreadID)
 	if c == nil || m.streamed[sx.ID] {
 		return nil

@@ -1,22 +1,23 @@
-package actors
+package policy
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 )
 
-// answerServerRequest is the in-line policy for requests the CLI sends:
+// Answer is the in-line policy for requests the CLI sends:
 // approvals are accepted with auto-approve and declined without; a question
 // for the user gets blank answers and is surfaced (question is its text);
 // an MCP elicitation is declined; anything else is method-not-found, which
 // the CLI treats as declined.
-func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, question string, err error) {
+func Answer(r *codexrpc.Request, autoApprove bool) (result any, question string, err error) {
 	switch r.Method {
 	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
 		d := codexproto.DecisionDecline
@@ -63,15 +64,15 @@ func answerServerRequest(r *codexrpc.Request, autoApprove bool) (result any, que
 	return nil, "", &codexrpc.WireError{Code: codexrpc.CodeMethodNotFound, Message: "method not found: " + r.Method}
 }
 
-// declineAnswer is the answer when the policy could not be consulted.
-func declineAnswer(method string) (any, error) {
-	res, _, err := answerServerRequest(&codexrpc.Request{Method: method, Params: json.RawMessage("{}")}, false)
+// Decline is the answer when the policy could not be consulted.
+func Decline(method string) (any, error) {
+	res, _, err := Answer(&codexrpc.Request{Method: method, Params: json.RawMessage("{}")}, false)
 	return res, err
 }
 
-// effectivePolicy is a round's request policy: the explicit one, or the
+// Effective is a round's request policy: the explicit one, or the
 // one auto_approve meant before on_request existed.
-func effectivePolicy(p messages.RequestPolicy, autoApprove bool) messages.RequestPolicy {
+func Effective(p messages.RequestPolicy, autoApprove bool) messages.RequestPolicy {
 	if p != messages.PolicyDefault {
 		return p
 	}
@@ -81,11 +82,11 @@ func effectivePolicy(p messages.RequestPolicy, autoApprove bool) messages.Reques
 	return messages.PolicyDecline
 }
 
-// describeRequest is what a caller is shown of a server request under the
+// Describe is what a caller is shown of a server request under the
 // ask policy (RequestID and the deadline are the asker's to fill in); ok
 // is false for a method the policy does not put to anyone (answered
 // method-not-found in-line).
-func describeRequest(r *codexrpc.Request) (shown messages.ServerRequest, ok bool) {
+func Describe(r *codexrpc.Request) (shown messages.ServerRequest, ok bool) {
 	switch r.Method {
 	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
 		var p codexproto.ApprovalParams
@@ -130,10 +131,10 @@ func describeRequest(r *codexrpc.Request) (shown messages.ServerRequest, ok bool
 	return shown, false
 }
 
-// callerAnswer turns a caller's AnswerRequest into the answer codex gets
+// CallerAnswer turns a caller's AnswerRequest into the answer codex gets
 // for r, with the outcome to report; an error says what is wrong with the
 // answer (the request stays open).
-func callerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, outcome string, err error) {
+func CallerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, outcome string, err error) {
 	switch r.Method {
 	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
 		d, ok := map[string]string{
@@ -185,58 +186,10 @@ func callerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, ou
 	return nil, "", fmt.Errorf("cannot answer %s", r.Method)
 }
 
-// childThreads maps the threads of child agents (codex subagents) to
-// their parents, so that a child's requests follow its round's policy.
-// codex 0.169.0 starts a child without a thread/started of its own; the
-// parent's collabAgentToolCall item names it (senderThreadId the parent,
-// receiverThreadIds the children). A thread/started with a
-// parentThreadId counts too. A plain value owned by the codex actor; at
-// most limit children are remembered, oldest forgotten first.
-type childThreads struct {
-	limit  int
-	parent map[string]string
-	order  []string
-}
-
-// note learns child threads from a notification (spawnedThreads): the
-// parent it names, and its children.
-func (t *childThreads) note(n *codexrpc.Notification) (parent string, children []string) {
-	parent, children = spawnedThreads(n)
-	for _, child := range children {
-		t.add(child, parent)
+// truncateRunes bounds s to n runes, marking the cut.
+func truncateRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
 	}
-	return parent, children
-}
-
-func (t *childThreads) add(child, parent string) {
-	if child == "" || parent == "" || child == parent {
-		return
-	}
-	if t.parent == nil {
-		t.parent = make(map[string]string)
-	}
-	if t.limit <= 0 {
-		t.limit = 4096
-	}
-	if _, ok := t.parent[child]; !ok {
-		if len(t.order) >= t.limit {
-			delete(t.parent, t.order[0])
-			t.order = t.order[1:]
-		}
-		t.order = append(t.order, child)
-	}
-	t.parent[child] = parent
-}
-
-// root is the thread at the top of threadID's parents (threadID itself
-// when it is no known child).
-func (t *childThreads) root(threadID string) string {
-	for range 16 { // a child's child's …; bounded against a cycle
-		p, ok := t.parent[threadID]
-		if !ok {
-			break
-		}
-		threadID = p
-	}
-	return threadID
+	return string([]rune(s)[:n]) + "…"
 }

@@ -1,4 +1,4 @@
-package actors
+package eventmap
 
 import (
 	"bufio"
@@ -158,8 +158,8 @@ func surfaceRows() []struct {
 func TestMapperSurfaceRows(t *testing.T) {
 	for _, tt := range surfaceRows() {
 		t.Run(tt.name, func(t *testing.T) {
-			m := newMapper()
-			m.configure(messages.StartRound{StreamCommandOutput: tt.stream})
+			m := NewMapper()
+			m.Configure(messages.StartRound{StreamCommandOutput: tt.stream})
 			for _, p := range tt.prior {
 				m.note(p)
 			}
@@ -206,8 +206,8 @@ func TestSurfaceRowsMatchSchema(t *testing.T) {
 }
 
 func TestMapperChildThreads(t *testing.T) {
-	m := newMapper()
-	m.setThread(ownThread, "mock-model")
+	m := NewMapper()
+	m.SetThread(ownThread, "mock-model")
 	m.note(itemNote(codexproto.NoteItemStarted, ownThread, collabItem("spawnAgent", "inProgress", `["`+kidThread+`"]`, `{}`)))
 	if got := m.takeNewChildren(); len(got) != 1 || got[0] != kidThread {
 		t.Fatalf("takeNewChildren = %q, want [%s]", got, kidThread)
@@ -272,7 +272,7 @@ func TestClassifyError(t *testing.T) {
 }
 
 func TestUsageLimitResetPrefersRateLimits(t *testing.T) {
-	m := newMapper()
+	m := NewMapper()
 	m.loc = time.UTC
 	m.note(note("account/rateLimits/updated", `{"rateLimits":{"limitId":"codex","primary":{"usedPercent":100,"windowDurationMins":300,"resetsAt":1900000000},"secondary":{"usedPercent":40,"resetsAt":1900500000}}}`))
 	evs, _ := m.note(note("error", `{"threadId":"t","turnId":"u","willRetry":false,"error":{"message":"try again at Mar 17th, 2030 5:46 PM.","codexErrorInfo":"usageLimitExceeded"}}`))
@@ -281,7 +281,7 @@ func TestUsageLimitResetPrefersRateLimits(t *testing.T) {
 	}
 	// The verdict gets the class of the last final error.
 	v := messages.RoundFinished{Status: messages.StatusFailed}
-	m.decorate(&v, nil)
+	m.Decorate(&v, nil)
 	if v.ErrorInfo == nil || v.ErrorInfo.Class != messages.ErrorUsageLimit {
 		t.Errorf("verdict ErrorInfo = %+v, want usage_limit", v.ErrorInfo)
 	}
@@ -293,7 +293,7 @@ func TestDecorateVerdict(t *testing.T) {
 		req    messages.StartRound
 		notes  []*codexrpc.Notification
 		status messages.VerdictStatus
-		end    *turnEnd
+		end    *TurnEnd
 		want   messages.RoundFinished
 	}{
 		{name: "the thread's model", status: messages.StatusCompleted,
@@ -323,7 +323,7 @@ func TestDecorateVerdict(t *testing.T) {
 			notes: []*codexrpc.Notification{itemNote(codexproto.NoteItemCompleted, ownThread, `{"type":"agentMessage","id":"b","text":"{}"}`)},
 			want:  messages.RoundFinished{Status: messages.StatusFailed, Model: "thread-model"}},
 		{name: "the turn's error class", status: messages.StatusFailed,
-			end:  &turnEnd{Status: codexproto.TurnFailed, ErrorInfo: &messages.ErrorInfo{Class: messages.ErrorContextWindow}},
+			end:  &TurnEnd{Status: codexproto.TurnFailed, ErrorInfo: &messages.ErrorInfo{Class: messages.ErrorContextWindow}},
 			want: messages.RoundFinished{Status: messages.StatusFailed, Model: "thread-model", ErrorInfo: &messages.ErrorInfo{Class: messages.ErrorContextWindow}}},
 		{name: "a retried error is no verdict", status: messages.StatusCompleted,
 			notes: []*codexrpc.Notification{note("error", `{"threadId":"`+ownThread+`","turnId":"u","willRetry":true,"error":{"message":"Reconnecting... 1/5","codexErrorInfo":"serverOverloaded"}}`)},
@@ -331,14 +331,14 @@ func TestDecorateVerdict(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := newMapper()
-			m.configure(tt.req)
-			m.setThread(ownThread, "thread-model")
+			m := NewMapper()
+			m.Configure(tt.req)
+			m.SetThread(ownThread, "thread-model")
 			for _, n := range tt.notes {
 				m.note(n)
 			}
 			v := messages.RoundFinished{Status: tt.status}
-			m.decorate(&v, tt.end)
+			m.Decorate(&v, tt.end)
 			if !jsonEqual(v, tt.want) {
 				t.Errorf("verdict = %s, want %s", mustJSON(v), mustJSON(tt.want))
 			}
@@ -364,8 +364,8 @@ func TestCoalesces(t *testing.T) {
 		{"diffs are whole", ev(messages.KindDiff, "", ""), ev(messages.KindDiff, "", ""), false},
 		{"notices are not deltas", ev(messages.KindNotice, "", ""), ev(messages.KindNotice, "", ""), false},
 	} {
-		if got := coalesces(tt.last, tt.next); got != tt.want {
-			t.Errorf("%s: coalesces = %t, want %t", tt.name, got, tt.want)
+		if got := Coalesces(tt.last, tt.next); got != tt.want {
+			t.Errorf("%s: Coalesces = %t, want %t", tt.name, got, tt.want)
 		}
 	}
 }
@@ -380,7 +380,7 @@ func recording(t *testing.T, name string, stream bool) []messages.RoundEvent {
 	}
 	defer f.Close()
 	// One mapper per thread, as the router gives each round its thread.
-	mappers := map[string]*mapper{}
+	mappers := map[string]*Mapper{}
 	var evs []messages.RoundEvent
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 64<<20)
@@ -406,9 +406,9 @@ func recording(t *testing.T, name string, stream bool) []messages.RoundEvent {
 		_ = json.Unmarshal(n.Params, &h)
 		m := mappers[h.ThreadID]
 		if m == nil {
-			m = newMapper()
+			m = NewMapper()
 			m.loc = time.UTC // the recording host's zone
-			m.configure(messages.StartRound{StreamCommandOutput: stream})
+			m.Configure(messages.StartRound{StreamCommandOutput: stream})
 			mappers[h.ThreadID] = m
 		}
 		got, _ := m.note(&n)
@@ -543,11 +543,11 @@ func TestSubagentRecording(t *testing.T) {
 			break
 		}
 	}
-	m := newMapper()
-	m.setThread(parentThread, "mock-model")
+	m := NewMapper()
+	m.SetThread(parentThread, "mock-model")
 	routes := map[string]bool{parentThread: true} // the router's table for this round
 	var evs []messages.RoundEvent
-	var ends []*turnEnd
+	var ends []*TurnEnd
 	for _, n := range notes {
 		if parent, kids := spawnedThreads(n); routes[parent] {
 			for _, k := range kids {
@@ -640,9 +640,9 @@ func FuzzMapperNote(f *testing.F) {
 	f.Add("turn/completed", []byte(`{"threadId":"other","turn":{"id":"x","status":"completed"}}`))
 	f.Add("error", []byte(`{"error":{"codexErrorInfo":{"a":{"httpStatusCode":"x"}}}}`))
 	f.Fuzz(func(t *testing.T, method string, params []byte) {
-		m := newMapper()
-		m.configure(messages.StartRound{StreamCommandOutput: true, OutputSchema: "{}"})
-		m.setThread(ownThread, "m")
+		m := NewMapper()
+		m.Configure(messages.StartRound{StreamCommandOutput: true, OutputSchema: "{}"})
+		m.SetThread(ownThread, "m")
 		m.note(itemNote(codexproto.NoteItemCompleted, ownThread, collabItem("spawnAgent", "completed", `["`+kidThread+`"]`, `{}`)))
 		n := &codexrpc.Notification{Method: method, Params: json.RawMessage(params)}
 		_, end := m.note(n)
@@ -654,7 +654,7 @@ func FuzzMapperNote(f *testing.F) {
 			}
 		}
 		v := messages.RoundFinished{Status: messages.StatusCompleted}
-		m.decorate(&v, end)
+		m.Decorate(&v, end)
 	})
 }
 
@@ -681,8 +681,8 @@ func BenchmarkMapperRecordings(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		m := newMapper()
-		m.configure(messages.StartRound{StreamCommandOutput: true})
+		m := NewMapper()
+		m.Configure(messages.StartRound{StreamCommandOutput: true})
 		for _, n := range notes {
 			m.note(n)
 		}

@@ -1,10 +1,9 @@
-package actors
+package eventmap
 
 import (
 	"encoding/json"
 	"testing"
 
-	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 )
@@ -21,7 +20,7 @@ func TestMapperRows(t *testing.T) {
 		prior []*codexrpc.Notification // fed first, results ignored
 		in    *codexrpc.Notification
 		want  []messages.RoundEvent
-		end   *turnEnd
+		end   *TurnEnd
 	}{
 		{name: "text delta",
 			in:   note("item/agentMessage/delta", `{"threadId":"t","turnId":"u","itemId":"msg-1","delta":"Hel"}`),
@@ -116,10 +115,10 @@ func TestMapperRows(t *testing.T) {
 			in: note("mcpServer/startupStatus/updated", `{"threadId":"t","name":"meshweaver","status":"starting"}`)},
 		{name: "turn completed",
 			in:  note("turn/completed", `{"threadId":"t","turn":{"id":"u","status":"completed","error":null}}`),
-			end: &turnEnd{TurnID: "u", Status: "completed"}},
+			end: &TurnEnd{TurnID: "u", Status: "completed"}},
 		{name: "turn failed with codexErrorInfo",
 			in: note("turn/completed", `{"threadId":"t","turn":{"id":"u","status":"failed","error":{"message":"boom","codexErrorInfo":{"httpConnectionFailed":{"httpStatusCode":401}}}}}`),
-			end: &turnEnd{TurnID: "u", Status: "failed", Error: "boom", CodexErrorInfo: `{"httpConnectionFailed":{"httpStatusCode":401}}`,
+			end: &TurnEnd{TurnID: "u", Status: "failed", Error: "boom", CodexErrorInfo: `{"httpConnectionFailed":{"httpStatusCode":401}}`,
 				ErrorInfo: &messages.ErrorInfo{Class: messages.ErrorUnauthorized, HTTPStatus: 401, Code: "httpConnectionFailed"}}},
 		{name: "unknown notification", in: note("thread/goal/cleared", `{"threadId":"t"}`)},
 		{name: "rate limits", in: note("account/rateLimits/updated", `{"rateLimits":{}}`)},
@@ -129,7 +128,7 @@ func TestMapperRows(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := newMapper()
+			m := NewMapper()
 			for _, p := range tt.prior {
 				m.note(p)
 			}
@@ -145,7 +144,7 @@ func TestMapperRows(t *testing.T) {
 }
 
 func TestMapperAnswerForJournal(t *testing.T) {
-	m := newMapper()
+	m := NewMapper()
 	m.note(note("item/agentMessage/delta", `{"itemId":"a","delta":"Hello "}`))
 	m.note(note("item/agentMessage/delta", `{"itemId":"a","delta":"world"}`))
 	m.note(note("item/completed", `{"item":{"type":"agentMessage","id":"a","text":"Hello world"}}`))
@@ -165,50 +164,6 @@ func TestClipKeepsRunes(t *testing.T) {
 	}
 }
 
-func TestPolicy(t *testing.T) {
-	req := func(method, params string) *codexrpc.Request {
-		return &codexrpc.Request{ID: json.RawMessage("0"), Method: method, Params: json.RawMessage(params)}
-	}
-	tests := []struct {
-		name     string
-		req      *codexrpc.Request
-		auto     bool
-		want     string // JSON of the result, or "error <code>"
-		question string
-	}{
-		{"command approval, auto", req(codexproto.ReqCommandApproval, `{}`), true, `{"decision":"accept"}`, ""},
-		{"command approval, not auto", req(codexproto.ReqCommandApproval, `{}`), false, `{"decision":"decline"}`, ""},
-		{"patch approval, auto", req(codexproto.ReqFileChangeApproval, `{}`), true, `{"decision":"accept"}`, ""},
-		{"patch approval, not auto", req(codexproto.ReqFileChangeApproval, `{}`), false, `{"decision":"decline"}`, ""},
-		{"elicitation declined even with auto", req(codexproto.ReqElicitation, `{}`), true, `{"action":"decline"}`, ""},
-		{"mcp tool approval accepted with auto", req(codexproto.ReqElicitation, `{"_meta":{"codex_approval_kind":"mcp_tool_call"}}`), true, `{"action":"accept","content":{}}`, ""},
-		{"mcp tool approval declined without auto", req(codexproto.ReqElicitation, `{"_meta":{"codex_approval_kind":"mcp_tool_call"}}`), false, `{"action":"decline"}`, ""},
-		{"user input: blank answers, question surfaced",
-			req(codexproto.ReqUserInput, `{"questions":[{"id":"db","header":"Database","question":"Which database?","options":[{"label":"Postgres"},{"label":"SQLite"}]}]}`),
-			false, `{"answers":{"db":{"answers":[]}}}`, "Codex asks: Which database? (Postgres / SQLite)"},
-		{"unknown request", req("item/tool/call", `{}`), true, "error -32601", ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			res, q, err := answerServerRequest(tt.req, tt.auto)
-			got := mustJSON(res)
-			if err != nil {
-				var we *codexrpc.WireError
-				if !asWire(err, &we) {
-					t.Fatalf("error %v is not a WireError", err)
-				}
-				got = "error " + itoa(we.Code)
-			}
-			if got != tt.want {
-				t.Errorf("answer = %s, want %s", got, tt.want)
-			}
-			if q != tt.question {
-				t.Errorf("question = %q, want %q", q, tt.question)
-			}
-		})
-	}
-}
-
 func TestIsProgress(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -221,8 +176,8 @@ func TestIsProgress(t *testing.T) {
 		{"unreadable error", note("error", `[`), true},
 		{"turn completed", note("turn/completed", `{"threadId":"t","turn":{"id":"u","status":"completed"}}`), true},
 	} {
-		if got := isProgress(tt.in); got != tt.want {
-			t.Errorf("%s: isProgress = %v, want %v", tt.name, got, tt.want)
+		if got := IsProgress(tt.in); got != tt.want {
+			t.Errorf("%s: IsProgress = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

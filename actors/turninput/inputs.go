@@ -1,6 +1,7 @@
-package actors
+package turninput
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,16 +14,12 @@ import (
 	"github.com/meshweaver/supervisor/messages"
 )
 
-// The inputs of a round beyond its text, turned into turn/start fields:
-// pure functions apart from the image files they check. The round calls
-// turnStartParams when it starts its turn.
+// ErrInput wraps the errors of a round's inputs: the round ends rejected.
+var ErrInput = errors.New("invalid round input")
 
-// errInput wraps the errors of a round's inputs: the round ends rejected.
-var errInput = errors.New("invalid round input")
-
-// policyBounds are the operator's bounds on a round's sandbox and approval
+// Bounds are the operator's bounds on a round's sandbox and approval
 // policy (serve flags), and the defaults of a round that asks for none.
-type policyBounds struct {
+type Bounds struct {
 	// MaxSandbox is the most permissive sandbox a round may ask for.
 	MaxSandbox string
 	// Approvals are the approval policies a round may ask for.
@@ -34,14 +31,38 @@ type policyBounds struct {
 // withDefaults fills what the operator left unset: the daemon's defaults
 // (read-only, never), its sandbox as the bound, its approval policy as the
 // only one allowed.
-func (b policyBounds) withDefaults() policyBounds {
-	b.Sandbox = orDefault(b.Sandbox, messages.SandboxReadOnly)
-	b.Approval = orDefault(b.Approval, messages.ApprovalNever)
-	b.MaxSandbox = orDefault(b.MaxSandbox, b.Sandbox)
+func (b Bounds) withDefaults() Bounds {
+	b.Sandbox = cmp.Or(b.Sandbox, messages.SandboxReadOnly)
+	b.Approval = cmp.Or(b.Approval, messages.ApprovalNever)
+	b.MaxSandbox = cmp.Or(b.MaxSandbox, b.Sandbox)
 	if len(b.Approvals) == 0 {
 		b.Approvals = []string{b.Approval}
 	}
 	return b
+}
+
+// Check checks the operator's bounds themselves: a known MaxSandbox with
+// the default Sandbox within it, known approval policies, the default
+// Approval among them. Its errors are the operator's, not a round's.
+func (b Bounds) Check() error {
+	if b.MaxSandbox != "" {
+		max, ok := sandboxRank[b.MaxSandbox]
+		if !ok {
+			return fmt.Errorf("max sandbox %q is not a sandbox mode", b.MaxSandbox)
+		}
+		if sandboxRank[b.Sandbox] > max {
+			return fmt.Errorf("the sandbox %s is above the max sandbox %s", b.Sandbox, b.MaxSandbox)
+		}
+	}
+	for _, a := range b.Approvals {
+		if !slices.Contains(approvalSafety, a) {
+			return fmt.Errorf("approval policy %q is not one of %s", a, strings.Join(approvalSafety, ", "))
+		}
+	}
+	if len(b.Approvals) > 0 && !slices.Contains(b.Approvals, b.Approval) {
+		return fmt.Errorf("the allowed approval policies do not include the default %s", b.Approval)
+	}
+	return nil
 }
 
 // sandboxRank orders sandbox modes by what they let a command do.
@@ -60,12 +81,12 @@ var approvalSafety = []string{messages.ApprovalUntrusted, messages.ApprovalOnReq
 // becomes MaxSandbox; an approval policy that is not allowed becomes the
 // allowed one that asks the most. Each clamp is described in notes, for the
 // caller. An unknown mode (validation lets none through) is an error.
-func clampPolicy(sandbox, approval string, b policyBounds) (outSandbox, outApproval string, notes []string, err error) {
-	outSandbox, outApproval = orDefault(sandbox, b.Sandbox), orDefault(approval, b.Approval)
+func clampPolicy(sandbox, approval string, b Bounds) (outSandbox, outApproval string, notes []string, err error) {
+	outSandbox, outApproval = cmp.Or(sandbox, b.Sandbox), cmp.Or(approval, b.Approval)
 	got, ok := sandboxRank[outSandbox]
 	max, okMax := sandboxRank[b.MaxSandbox]
 	if !ok || !okMax {
-		return "", "", nil, fmt.Errorf("%w: sandbox %q or bound %q is not a sandbox mode", errInput, outSandbox, b.MaxSandbox)
+		return "", "", nil, fmt.Errorf("%w: sandbox %q or bound %q is not a sandbox mode", ErrInput, outSandbox, b.MaxSandbox)
 	}
 	if got > max {
 		notes = append(notes, fmt.Sprintf("sandbox %s is above this daemon's bound; the round runs with %s", outSandbox, b.MaxSandbox))
@@ -75,7 +96,7 @@ func clampPolicy(sandbox, approval string, b policyBounds) (outSandbox, outAppro
 		return outSandbox, outApproval, notes, nil // the operator's own default (even on-failure)
 	}
 	if !slices.Contains(approvalSafety, outApproval) {
-		return "", "", nil, fmt.Errorf("%w: approval policy %q is not one of %s", errInput, outApproval, strings.Join(approvalSafety, ", "))
+		return "", "", nil, fmt.Errorf("%w: approval policy %q is not one of %s", ErrInput, outApproval, strings.Join(approvalSafety, ", "))
 	}
 	if !slices.Contains(b.Approvals, outApproval) {
 		safest := ""
@@ -86,7 +107,7 @@ func clampPolicy(sandbox, approval string, b policyBounds) (outSandbox, outAppro
 			}
 		}
 		if safest == "" {
-			return "", "", nil, fmt.Errorf("%w: this daemon allows no approval policy", errInput)
+			return "", "", nil, fmt.Errorf("%w: this daemon allows no approval policy", ErrInput)
 		}
 		notes = append(notes, fmt.Sprintf("approval policy %s is not allowed by this daemon; the round runs with %s", outApproval, safest))
 		outApproval = safest
@@ -114,11 +135,11 @@ func outputSchema(text string) (json.RawMessage, error) {
 		return nil, nil
 	}
 	if len(text) > messages.MaxOutputSchemaLen {
-		return nil, fmt.Errorf("%w: output schema is %d bytes, max %d", errInput, len(text), messages.MaxOutputSchemaLen)
+		return nil, fmt.Errorf("%w: output schema is %d bytes, max %d", ErrInput, len(text), messages.MaxOutputSchemaLen)
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(text), &obj); err != nil || obj == nil {
-		return nil, fmt.Errorf("%w: output schema is not a JSON object", errInput)
+		return nil, fmt.Errorf("%w: output schema is not a JSON object", ErrInput)
 	}
 	return json.RawMessage(text), nil
 }
@@ -141,17 +162,17 @@ func imageInputs(images []messages.ImageInput, workspace string) ([]codexproto.I
 		switch {
 		case im.DataURL != "" && im.Path == "":
 			if _, err := messages.DecodeDataURL(im.DataURL); err != nil {
-				return nil, fmt.Errorf("%w: image %d: %v", errInput, i, err)
+				return nil, fmt.Errorf("%w: image %d: %v", ErrInput, i, err)
 			}
 			out = append(out, codexproto.InputItem{Type: codexproto.InputImage, URL: im.DataURL})
 		case im.Path != "" && im.DataURL == "":
 			p, err := workspaceFile(root, im.Path)
 			if err != nil {
-				return nil, fmt.Errorf("%w: image %d: %v", errInput, i, err)
+				return nil, fmt.Errorf("%w: image %d: %v", ErrInput, i, err)
 			}
 			out = append(out, codexproto.InputItem{Type: codexproto.InputLocalImage, Path: p})
 		default:
-			return nil, fmt.Errorf("%w: image %d needs exactly one of data_url and path", errInput, i)
+			return nil, fmt.Errorf("%w: image %d needs exactly one of data_url and path", ErrInput, i)
 		}
 	}
 	return out, nil
@@ -226,12 +247,12 @@ func foldContext(text string, entries []messages.ContextEntry) string {
 	return b.String()
 }
 
-// turnStartParams builds turn/start for a round: base (thread, text,
+// Params builds turn/start for a round: base (thread, text,
 // model, effort, client id, summary) with the round's images, output
 // schema, context (native when the CLI of version v supports it, else
 // folded into the text) and its sandbox and approval policy within b.
 // notes are the clamps to tell the caller about.
-func turnStartParams(base codexproto.TurnStartParams, req messages.StartRound, workspace string, v codexproto.Version, b policyBounds) (p codexproto.TurnStartSurfaceParams, notes []string, err error) {
+func Params(base codexproto.TurnStartParams, req messages.StartRound, workspace string, v codexproto.Version, b Bounds) (p codexproto.TurnStartSurfaceParams, notes []string, err error) {
 	p.TurnStartParams = base
 	text := req.Text
 	if v.SupportsAdditionalContext() {
@@ -259,27 +280,14 @@ func turnStartParams(base codexproto.TurnStartParams, req messages.StartRound, w
 	return p, notes, nil
 }
 
-// roundMapper is the mapper of a round that asked for req.
-func roundMapper(req messages.StartRound) *mapper {
-	m := newMapper()
-	m.configure(req)
-	return m
-}
-
-// turnStart is the round's turn/start: text (the request's, seeded for a
-// fresh thread) with its inputs, within the operator's bounds, for a CLI
-// of version v; notes tell the caller what was clamped.
-func (r *roundActor) turnStart(text string, v codexproto.Version) (codexproto.TurnStartSurfaceParams, []string, error) {
-	req := r.req.StartRound
-	req.Text = text
-	return turnStartParams(codexproto.TurnStartParams{ThreadID: r.thread.id, Summary: "auto",
-		Model: r.req.Model, Effort: r.req.Effort, ClientUserMessageID: r.req.ClientMessageID},
-		req, r.cfg.Workspace, v, r.bounds())
-}
-
-// bounds are the operator's bounds on a round's sandbox and approval
-// policy.
-func (r *roundActor) bounds() policyBounds {
-	return policyBounds{Sandbox: r.cfg.Sandbox, Approval: r.cfg.ApprovalPolicy,
-		MaxSandbox: r.cfg.MaxSandbox, Approvals: r.cfg.ApprovalPolicies}
+// clip bounds s to n bytes on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && (s[i]&0xC0) == 0x80 {
+		i--
+	}
+	return s[:i] + "…[truncated]"
 }

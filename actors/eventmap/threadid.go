@@ -1,4 +1,4 @@
-package actors
+package eventmap
 
 import (
 	"encoding/json"
@@ -6,15 +6,15 @@ import (
 	"github.com/meshweaver/supervisor/codexrpc"
 )
 
-// threadOf is the threadId of a notification's or a request's params
+// ThreadOf is the threadId of a notification's or a request's params
 // ("" when none); ok is false when params are not a JSON object.
 //
 // The app-server actor runs it for every server request, and for a
-// notification whose header (noteHeadAfter) could not be read. Decoding
+// notification whose header (NoteHeadAfter) could not be read. Decoding
 // the params whole (json.Unmarshal) cost as much as the reader's own
 // decode; codexrpc.ScanStrings reads the one member, and leaves anything
 // unusual to json.Unmarshal.
-func threadOf(params json.RawMessage) (threadID string, ok bool) {
+func ThreadOf(params json.RawMessage) (threadID string, ok bool) {
 	var v [1]string
 	if codexrpc.ScanStrings(params, threadIDKey[:], v[:]) {
 		return v[0], true

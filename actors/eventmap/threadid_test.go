@@ -1,4 +1,4 @@
-package actors
+package eventmap
 
 import (
 	"encoding/json"
@@ -7,7 +7,25 @@ import (
 	"github.com/meshweaver/supervisor/codexproto"
 )
 
-// threadOfDecoded is threadOf by a full decode: what the scan must agree
+func TestThreadOf(t *testing.T) {
+	for _, tt := range []struct {
+		params string
+		want   string
+		ok     bool
+	}{
+		{`{"threadId":"t1","turnId":"u"}`, "t1", true},
+		{`{"turnId":"u"}`, "", true},
+		{`{}`, "", true},
+		{`[1]`, "", false},
+		{``, "", false},
+	} {
+		if got, ok := ThreadOf([]byte(tt.params)); got != tt.want || ok != tt.ok {
+			t.Errorf("ThreadOf(%s) = %q, %v; want %q, %v", tt.params, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// threadOfDecoded is ThreadOf by a full decode: what the scan must agree
 // with.
 func threadOfDecoded(params []byte) (string, bool) {
 	var head struct {
@@ -45,10 +63,10 @@ func TestThreadOfAgreesWithDecode(t *testing.T) {
 		if !json.Valid([]byte(s)) {
 			continue
 		}
-		id, ok := threadOf([]byte(s))
+		id, ok := ThreadOf([]byte(s))
 		wid, wok := threadOfDecoded([]byte(s))
 		if id != wid || ok != wok {
-			t.Errorf("threadOf(%s) = %q, %v; a decode says %q, %v", s, id, ok, wid, wok)
+			t.Errorf("ThreadOf(%s) = %q, %v; a decode says %q, %v", s, id, ok, wid, wok)
 		}
 	}
 }
@@ -59,12 +77,12 @@ func FuzzThreadOf(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		b := []byte(s)
-		id, ok := threadOf(b) // never panics, on any input
+		id, ok := ThreadOf(b) // never panics, on any input
 		if !json.Valid(b) {
 			return
 		}
 		if wid, wok := threadOfDecoded(b); id != wid || ok != wok {
-			t.Errorf("threadOf(%s) = %q, %v; a decode says %q, %v", s, id, ok, wid, wok)
+			t.Errorf("ThreadOf(%s) = %q, %v; a decode says %q, %v", s, id, ok, wid, wok)
 		}
 	})
 }
@@ -75,7 +93,7 @@ var deltaParams = []byte(`{"threadId":"019a0c4e-7d1b-7c12-9e55-2f3c8b7a1d20","tu
 func BenchmarkThreadOf(b *testing.B) {
 	b.Run("scan", func(b *testing.B) {
 		for b.Loop() {
-			threadOf(deltaParams)
+			ThreadOf(deltaParams)
 		}
 	})
 	b.Run("decode", func(b *testing.B) {
@@ -131,7 +149,7 @@ func BenchmarkNoteHead(b *testing.B) {
 	b.Run("scan-after", func(b *testing.B) {
 		prev, _ := noteHead(deltaParams)
 		for b.Loop() {
-			_, _ = noteHeadAfter(deltaParams, &prev)
+			_, _ = NoteHeadAfter(deltaParams, &prev)
 		}
 	})
 	b.Run("decode", func(b *testing.B) {
