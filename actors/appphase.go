@@ -112,7 +112,7 @@ func phaseAllowed(from, to appPhase) bool {
 }
 
 // phaseChange is one change of an app-server actor's phase, as the test
-// hook (Config.onPhase) hears it; refused changes were not made.
+// hook (hooks.onPhase) hears it; refused changes were not made.
 type phaseChange struct {
 	user     string
 	from, to appPhase

@@ -172,7 +172,7 @@ func checkPhases(t testing.TB, got []appPhase, want ...appPhase) {
 // ready; each command on it checks the key again.
 func TestAppPhasesFirstStart(t *testing.T) {
 	rec, phases := withPhases()
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}), rec)
+	h := supHarness(t, withFake(t, fakeappserver.Config{}), rec)
 	c := h.caller()
 	mustStatus(t, h.round(c, messages.StartRound{User: "alice", Thread: "mesh/p", Text: "hi"}), messages.StatusCompleted)
 	got := phases.of("alice")
@@ -186,7 +186,7 @@ func TestAppPhasesFirstStart(t *testing.T) {
 // the app-server after a backoff.
 func TestAppPhasesCrashThenBackoff(t *testing.T) {
 	rec, phases := withPhases()
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{ExitOnMethod: "turn/start", ExitCode: 3}), rec,
+	h := supHarness(t, withFake(t, fakeappserver.Config{ExitOnMethod: "turn/start", ExitCode: 3}), rec,
 		func(c *tree) { c.RestartBackoff = 50 * time.Millisecond })
 	c := h.caller()
 	mustStatus(t, h.round(c, messages.StartRound{User: "bob", Thread: "mesh/p", Text: "one", RoundID: "pc-1"}), messages.StatusFailed)
@@ -202,7 +202,7 @@ func TestAppPhasesCrashThenBackoff(t *testing.T) {
 // cools down, and a round in the cool-down is refused without a start.
 func TestAppPhasesRestartLimitCooling(t *testing.T) {
 	rec, phases := withPhases()
-	h, _ := supHarness(t, rec, func(c *tree) {
+	h := supHarness(t, rec, func(c *tree) {
 		c.CodexBin = filepath.Join(t.TempDir(), "no-such-codex")
 		c.RestartLimit = 2
 		c.RestartWindow = time.Minute
@@ -225,7 +225,7 @@ func TestAppPhasesRestartLimitCooling(t *testing.T) {
 // An app-server idle for IdleTimeout is stopped: ready, then idle.
 func TestAppPhasesIdleStop(t *testing.T) {
 	rec, phases := withPhases()
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}), rec, func(c *tree) { c.IdleTimeout = 200 * time.Millisecond })
+	h := supHarness(t, withFake(t, fakeappserver.Config{}), rec, func(c *tree) { c.IdleTimeout = 200 * time.Millisecond })
 	c := h.caller()
 	mustStatus(t, h.round(c, messages.StartRound{User: "dan", Thread: "mesh/p", Text: "hi"}), messages.StatusCompleted)
 	got := phases.wait(t, "dan", "the idle stop", reaches(5, phaseIdle))

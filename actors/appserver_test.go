@@ -19,7 +19,7 @@ import (
 // actor in that wire order, and the round still gets everything (every
 // delta, its thread, its record for the next round's resume).
 func TestTurnResultAfterNotifications(t *testing.T) {
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{ReplyText: "one two three", TurnResultLast: true}))
+	h := supHarness(t, withFake(t, fakeappserver.Config{ReplyText: "one two three", TurnResultLast: true}))
 	c := h.caller()
 	for i := range 5 {
 		r := h.round(c, messages.StartRound{User: "ann", Thread: "mesh/order", Text: "hi " + itoa(i)})
@@ -43,7 +43,7 @@ func TestTurnResultAfterNotifications(t *testing.T) {
 func TestWarmThreadNotResumedAgain(t *testing.T) {
 	record := filepath.Join(t.TempDir(), "received.jsonl")
 	m := NewMetrics(nil)
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}), func(c *tree) { c.Metrics = m })
+	h := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}), func(c *tree) { c.Metrics = m })
 	c := h.caller()
 	r1 := h.round(c, messages.StartRound{User: "wes", Thread: "mesh/w", Text: "one", DeveloperInstructions: "be brief"})
 	mustStatus(t, r1, messages.StatusCompleted)
@@ -73,7 +73,7 @@ func TestWarmThreadNotResumedAgain(t *testing.T) {
 // Threads idle for ThreadIdle are unloaded: the next round resumes.
 func TestIdleThreadUnloaded(t *testing.T) {
 	record := filepath.Join(t.TempDir(), "received.jsonl")
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}),
+	h := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}),
 		func(c *tree) { c.ThreadIdle = 100 * time.Millisecond })
 	c := h.caller()
 	r1 := h.round(c, messages.StartRound{User: "ida", Thread: "mesh/i", Text: "one"})
@@ -92,7 +92,7 @@ func TestIdleThreadUnloaded(t *testing.T) {
 // next round's settings: that round makes no thread/resume.
 func TestWarmUpLoadsThread(t *testing.T) {
 	record := filepath.Join(t.TempDir(), "received.jsonl")
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}))
+	h := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}))
 	c := h.caller()
 	r1 := h.round(c, messages.StartRound{User: "val", Thread: "mesh/v", Text: "one"})
 	mustStatus(t, r1, messages.StatusCompleted)
@@ -154,7 +154,7 @@ func TestWarmUpLoadsThread(t *testing.T) {
 func TestHungDuringOpenThread(t *testing.T) {
 	const callTimeout = hungCallTimeout // it bounds the fresh fake's start too (see hung_test.go)
 	m := NewMetrics(nil)
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}), func(c *tree) { c.CallTimeout, c.Metrics = callTimeout, m })
+	h := supHarness(t, withFake(t, fakeappserver.Config{}), func(c *tree) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()
 	mustStatus(t, h.round(c, messages.StartRound{User: "hal", Thread: "mesh/h1", Text: "one"}), messages.StatusCompleted)
 	pid := liveAppServerPID(t, h, "hal")
@@ -184,7 +184,7 @@ func TestHungDuringOpenThread(t *testing.T) {
 // developer instructions reload the thread.
 func TestWarmThreadRealCLI(t *testing.T) {
 	m := NewMetrics(nil)
-	h, _ := supHarness(t, realCLI, func(c *tree) { c.Metrics = m })
+	h := supHarness(t, realCLI, func(c *tree) { c.Metrics = m })
 	c := h.caller()
 	r1 := h.round(c, messages.StartRound{User: "rae", Thread: "mesh/real", Text: "hi", DeveloperInstructions: "be brief"})
 	mustStatus(t, r1, messages.StatusCompleted)

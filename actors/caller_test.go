@@ -10,9 +10,9 @@ import (
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // A caller that goes away.
@@ -65,7 +65,7 @@ func TestCallerGoneInterruptsRound(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the real codex CLI is required: %v", err)
 	}
-	model, err := mockmodel.Start(mockmodel.Options{})
+	model, err := demomodel.Start(demomodel.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestCallerGoneInterruptsRound(t *testing.T) {
 	}
 
 	c1, e1, rem1 := remoteCaller(t)
-	model.Enqueue(mockmodel.Text("partial ").Hang())
+	model.Enqueue(demomodel.Text("partial ").Hang())
 	send(e1, c1.pid, messages.StartRound{User: "alice", Thread: "mesh/gone", Text: "hang", RoundID: "g-1"})
 	c1.waitFirstEvent(t, "g-1", 60*time.Second)
 	from := events.mark()
@@ -120,7 +120,7 @@ func TestCallerGoneInterruptsRound(t *testing.T) {
 	}
 
 	c2, e2, _ := remoteCaller(t)
-	model.Enqueue(mockmodel.Text("back"))
+	model.Enqueue(demomodel.Text("back"))
 	send(e2, c2.pid, messages.StartRound{User: "alice", Thread: "mesh/gone", Text: "again", RoundID: "g-2"})
 	r := c2.collect(t, "g-2", 60*time.Second)
 	mustStatus(t, r, messages.StatusCompleted)

@@ -16,7 +16,7 @@ import (
 func TestStoppingRoundDoesNotWaitOutInterrupt(t *testing.T) {
 	const callTimeout = 30 * time.Second
 	record := filepath.Join(t.TempDir(), "received.jsonl")
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{HangOnMethod: "turn/interrupt", RecordPath: record}),
+	h := supHarness(t, heldFake(t, fakeappserver.Config{HangOnMethod: "turn/interrupt", RecordPath: record}),
 		func(c *tree) { c.CallTimeout = callTimeout })
 	c := h.caller()
 	h.roundAsync(c, messages.StartRound{User: "alice", Thread: "mesh/c", Text: "hi", RoundID: "c-1"})

@@ -19,7 +19,7 @@ import (
 // rewritten; a damaged journal counts as empty and is rewritten.
 func TestDamageRegistryAndJournal(t *testing.T) {
 	record := filepath.Join(t.TempDir(), "record.jsonl")
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{RecordPath: record}))
+	h := supHarness(t, heldFake(t, fakeappserver.Config{RecordPath: record}))
 	c := h.caller()
 	const key = "mesh/damaged"
 	home := userHome(t, h, "alice")

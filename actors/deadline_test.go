@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // Deadlines.
@@ -21,9 +21,9 @@ func TestStallInterruptsTurn(t *testing.T) {
 	// CLI, descheduled on a loaded machine, can be silent for a second
 	// between two notifications of a normal turn.
 	const stall = 3 * time.Second
-	h, _ := supHarness(t, realCLI, func(c *tree) { c.StallTimeout = stall })
+	h := supHarness(t, realCLI, func(c *tree) { c.StallTimeout = stall })
 	c := h.caller()
-	h.model.Enqueue(mockmodel.Text("thinking ").Hang())
+	h.model.Enqueue(demomodel.Text("thinking ").Hang())
 	start := time.Now()
 	r1 := h.round(c, messages.StartRound{User: "alice", Thread: "mesh/stall", Text: "hang"})
 	took := time.Since(start)
@@ -37,7 +37,7 @@ func TestStallInterruptsTurn(t *testing.T) {
 	if got := r1.text(); got != "thinking " {
 		t.Errorf("text before the stall = %q", got)
 	}
-	h.model.Enqueue(mockmodel.Text("done"))
+	h.model.Enqueue(demomodel.Text("done"))
 	r2 := h.round(c, messages.StartRound{User: "alice", Thread: "mesh/stall", Text: "again"})
 	mustStatus(t, r2, messages.StatusCompleted)
 	if r2.text() != "done" || !r2.verdict.Resumed || r2.verdict.CodexThreadID != r1.verdict.CodexThreadID {
@@ -51,7 +51,7 @@ func TestDeadlineOnHungRPC(t *testing.T) {
 	// Long enough for the fake's start and initialize, bounded by it too,
 	// on a loaded machine: with 1s the round failed initializing instead.
 	const callTimeout = hungCallTimeout
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{HangOnMethod: "thread/start"}),
+	h := supHarness(t, withFake(t, fakeappserver.Config{HangOnMethod: "thread/start"}),
 		func(c *tree) { c.CallTimeout = callTimeout })
 	c := h.caller()
 	start := time.Now()

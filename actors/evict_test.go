@@ -21,7 +21,7 @@ import (
 // the next round starts a fresh one and resumes the thread.
 func TestEvictIdleThenResume(t *testing.T) {
 	const idle = 300 * time.Millisecond
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *tree) { c.IdleTimeout = idle })
+	h := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *tree) { c.IdleTimeout = idle })
 	events := tapEvents(t, h.engine)
 	c := h.caller()
 	// held runs a round whose turn is held until the app-server's pid is
@@ -63,7 +63,7 @@ func TestEvictIdleThenResume(t *testing.T) {
 // app-server stops the first, idle one; one pinned by a login in progress
 // is kept.
 func TestEvictLRUCapKeepsPinnedLogin(t *testing.T) {
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *tree) { c.MaxLive = 1 })
+	h := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *tree) { c.MaxLive = 1 })
 	events := tapEvents(t, h.engine)
 	c := h.caller()
 	h.heldRound(c, messages.StartRound{User: "alice", Thread: "mesh/l", Text: "one"})
@@ -96,7 +96,7 @@ func TestEvictLRUCapKeepsPinnedLogin(t *testing.T) {
 // TestEvictLRUCapHoldsAfterPinEnds: once a pin that kept the node over
 // MaxLive ends, the next start brings the node back to the cap.
 func TestEvictLRUCapHoldsAfterPinEnds(t *testing.T) {
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *tree) { c.MaxLive = 1 })
+	h := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *tree) { c.MaxLive = 1 })
 	c := h.caller()
 	h.engine.SendWithSender(h.root, messages.StartLogin{User: "carol"}, c.pid)
 	waitMsg[messages.LoginChallenge](t, c, waitFor)
@@ -127,7 +127,7 @@ func TestEvictLRUCapSparesRoundOpeningThread(t *testing.T) {
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h, _ := supHarness(t, func(c *tree) {
+	h := supHarness(t, func(c *tree) {
 		c.CodexBin, c.CodexArgs = script, slow.Args
 		c.CodexEnv = append(c.CodexEnv, append(slow.Env, "FAKE_NORMAL="+normal)...)
 		c.MaxLive = 1
@@ -170,7 +170,7 @@ func waitMsg[T any](t testing.TB, c *caller, d time.Duration) T {
 // its app-server is gone: heap and goroutines per user.
 func TestEvictIdleUserMemory(t *testing.T) {
 	// MaxLive=1: each user's start evicts the previous user's app-server.
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *tree) {
+	h := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *tree) {
 		c.MaxLive = 1
 		c.Logger = testLogger(t) // no log tap: it would hold every line
 	})

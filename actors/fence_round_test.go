@@ -14,7 +14,7 @@ import (
 // (a new user actor) completes and is not marked.
 func TestFenceRoundFailedRetryable(t *testing.T) {
 	p := &fakePlacement{owner: func(string, int) (bool, string, error) { return true, "", nil }}
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{ReplyText: "ok"}), func(c *tree) { c.Placement = p })
+	h := supHarness(t, heldFake(t, fakeappserver.Config{ReplyText: "ok"}), func(c *tree) { c.Placement = p })
 	c := h.caller()
 	m := messages.StartRound{User: "alice", Thread: "t1", Text: "hi", RoundID: newRoundID()}
 	h.roundAsync(c, m)

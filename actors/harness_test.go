@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
@@ -21,7 +21,7 @@ type harness struct {
 	t      testing.TB
 	engine *actor.Engine
 	root   *actor.PID
-	model  *mockmodel.Server
+	model  *demomodel.Server
 	cfg    *tree // as spawned: defaults filled in
 }
 
@@ -31,7 +31,7 @@ func newHarness(t testing.TB, mutate func(*tree)) *harness {
 	if err != nil {
 		t.Fatalf("the real codex CLI is required: %v", err)
 	}
-	model, err := mockmodel.Start(mockmodel.Options{})
+	model, err := demomodel.Start(demomodel.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
@@ -89,7 +89,7 @@ func TestHungAppServerReplacedMidRound(t *testing.T) {
 	// load); the bound below is still minutes short of the stall deadline.
 	const callTimeout = hungCallTimeout
 	m := NewMetrics(nil)
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}),
+	h := supHarness(t, heldFake(t, fakeappserver.Config{}),
 		func(c *tree) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()
 	h.roundAsync(c, messages.StartRound{User: "alice", Thread: "mesh/h", Text: "hi", RoundID: "h-1"})
@@ -133,7 +133,7 @@ func TestHungAppServerReplacedMidRound(t *testing.T) {
 func TestHungAppServerReplacedBetweenRounds(t *testing.T) {
 	const callTimeout = hungCallTimeout // see TestHungAppServerReplacedMidRound
 	m := NewMetrics(nil)
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}),
+	h := supHarness(t, withFake(t, fakeappserver.Config{}),
 		func(c *tree) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()
 	r1 := h.round(c, messages.StartRound{User: "bob", Thread: "mesh/b", Text: "one"})
@@ -168,7 +168,7 @@ func TestHungAppServerReplacedBetweenRounds(t *testing.T) {
 func TestSlowMethodIsNotHung(t *testing.T) {
 	const callTimeout = hungCallTimeout // the fake answers a health call well within it, even on a busy machine
 	m := NewMetrics(nil)
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{HangOnMethod: "thread/start"}),
+	h := supHarness(t, withFake(t, fakeappserver.Config{HangOnMethod: "thread/start"}),
 		func(c *tree) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()
 	r := h.round(c, messages.StartRound{User: "carol", Thread: "mesh/s", Text: "hi"})
@@ -194,9 +194,9 @@ func TestRealCLIHungAppServerReplaced(t *testing.T) {
 	// the first round's initialize timed out in a loaded full run.
 	const callTimeout = hungCallTimeout
 	m := NewMetrics(nil)
-	h, _ := supHarness(t, realCLI, func(c *tree) { c.CallTimeout, c.Metrics = callTimeout, m })
+	h := supHarness(t, realCLI, func(c *tree) { c.CallTimeout, c.Metrics = callTimeout, m })
 	c := h.caller()
-	h.model.Enqueue(mockmodel.Text("one"))
+	h.model.Enqueue(demomodel.Text("one"))
 	r1 := h.round(c, messages.StartRound{User: "dora", Thread: "mesh/real", Text: "one"})
 	mustStatus(t, r1, messages.StatusCompleted)
 	pid := liveAppServerPID(t, h, "dora")
@@ -206,7 +206,7 @@ func TestRealCLIHungAppServerReplaced(t *testing.T) {
 	mustStatus(t, r2, messages.StatusFailed)
 	t.Logf("the round on the stopped app-server failed after %v: %s", time.Since(start), r2.verdict.Error)
 	waitGone(t, pid, waitFor)
-	h.model.Enqueue(mockmodel.Text("three"))
+	h.model.Enqueue(demomodel.Text("three"))
 	start = time.Now()
 	r3 := h.round(c, messages.StartRound{User: "dora", Thread: "mesh/real", Text: "three"})
 	mustStatus(t, r3, messages.StatusCompleted)

@@ -19,10 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
 	"github.com/meshweaver/supervisor/testkit/fakeissuer"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 )
 
@@ -630,7 +630,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 	}
 	round := func(thread string) {
 		t.Helper()
-		h.model.Enqueue(mockmodel.Text("ok"))
+		h.model.Enqueue(demomodel.Text("ok"))
 		r := h.round(c, messages.StartRound{User: "alice", Thread: thread, Text: "hello"})
 		replies = append(replies, r.verdict)
 		for _, e := range r.events {

@@ -55,7 +55,7 @@ func meshURL(t *testing.T, params json.RawMessage) (url string, headers bool) {
 func TestMCPFrontTokenNeedsNoReload(t *testing.T) {
 	front := newFront(t)
 	record := filepath.Join(t.TempDir(), "received.jsonl")
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}), func(c *tree) { c.MCPFront = front })
+	h := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}), func(c *tree) { c.MCPFront = front })
 	c := h.caller()
 	const upstream, upstream2 = "https://mesh.example/mcp", "https://mesh2.example/mcp"
 	run := func(url, token string) roundResult {
@@ -144,7 +144,7 @@ func TestMCPFrontTokenNeedsNoReload(t *testing.T) {
 func TestMCPFrontForgetsIdleThread(t *testing.T) {
 	front := newFront(t)
 	record := filepath.Join(t.TempDir(), "received.jsonl")
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}), func(c *tree) {
+	h := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}), func(c *tree) {
 		c.MCPFront, c.ThreadIdle = front, 100*time.Millisecond
 	})
 	c := h.caller()

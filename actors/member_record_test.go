@@ -19,7 +19,7 @@ import (
 // second member starting on the same homes leaves that live app-server
 // alone while it reaps its own leftover.
 func TestMemberRecordCarriesMemberAndBoot(t *testing.T) {
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}), func(c *tree) { c.Member = "m1" })
+	h := supHarness(t, withFake(t, fakeappserver.Config{}), func(c *tree) { c.Member = "m1" })
 	c := h.caller()
 	mustStatus(t, h.round(c, messages.StartRound{User: "alice", Thread: "mesh/o", Text: "hi"}), messages.StatusCompleted)
 	pid := liveAppServerPID(t, h, "alice")
@@ -68,7 +68,7 @@ func TestMemberRecordCarriesMemberAndBoot(t *testing.T) {
 // TestSingleNodeRecordStaysV1: outside a cluster the record has no member
 // and no boot (v1), as an older daemon reads it.
 func TestSingleNodeRecordStaysV1(t *testing.T) {
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}))
+	h := supHarness(t, withFake(t, fakeappserver.Config{}))
 	mustStatus(t, h.round(h.caller(), messages.StartRound{User: "alice", Thread: "mesh/o", Text: "hi"}), messages.StatusCompleted)
 	liveAppServerPID(t, h, "alice")
 	home, err := store.HomeDir(h.cfg.Homes, "alice")

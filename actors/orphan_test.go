@@ -109,7 +109,7 @@ func TestOrphanReapOrphans(t *testing.T) {
 // TestOrphanReapedBeforeStart: the codex actor ends the process its home's
 // record names before it starts an app-server there.
 func TestOrphanReapedBeforeStart(t *testing.T) {
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{}))
+	h := supHarness(t, withFake(t, fakeappserver.Config{}))
 	events := tapEvents(t, h.engine)
 	leftover, rec, exited := sleeper(t)
 	writeProcRecord(t, h.cfg.Homes, "alice", rec)

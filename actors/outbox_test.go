@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 // deltas200 is a model answer streamed as 200 deltas.
@@ -23,10 +23,10 @@ func deltas200() []string {
 // deltas are merged: the caller gets every character in order, with
 // contiguous Seq, in fewer events than deltas.
 func TestOutboxCoalescesUnderBurst(t *testing.T) {
-	h, _ := supHarness(t, realCLI, func(c *tree) { c.OutboxBurst = 2 })
+	h := supHarness(t, realCLI, func(c *tree) { c.OutboxBurst = 2 })
 	c := h.caller()
 	deltas := deltas200()
-	h.model.Enqueue(mockmodel.Text(deltas...))
+	h.model.Enqueue(demomodel.Text(deltas...))
 	r := h.round(c, messages.StartRound{User: "alice", Thread: "mesh/burst", Text: "stream"})
 	mustStatus(t, r, messages.StatusCompleted)
 	if got, want := r.text(), strings.Join(deltas, ""); got != want {
@@ -47,10 +47,10 @@ func TestOutboxCoalescesUnderBurst(t *testing.T) {
 // TestOutboxOneEventPerDelta: with the default outbox every delta is its
 // own event.
 func TestOutboxOneEventPerDelta(t *testing.T) {
-	h, _ := supHarness(t, realCLI)
+	h := supHarness(t, realCLI)
 	c := h.caller()
 	deltas := deltas200()
-	h.model.Enqueue(mockmodel.Text(deltas...))
+	h.model.Enqueue(demomodel.Text(deltas...))
 	r := h.round(c, messages.StartRound{User: "alice", Thread: "mesh/plain", Text: "stream"})
 	mustStatus(t, r, messages.StatusCompleted)
 	texts := r.kinds(messages.KindText)
@@ -69,17 +69,17 @@ func TestOutboxOneEventPerDelta(t *testing.T) {
 // message items), the round is cut short, but the caller, who is
 // reachable, still gets a verdict.
 func TestOutboxOverflowStillGivesVerdict(t *testing.T) {
-	h, _ := supHarness(t, realCLI, func(c *tree) {
+	h := supHarness(t, realCLI, func(c *tree) {
 		c.OutboxBurst = 1
 		c.OutboxWindow = 2 * time.Second
 		c.OutboxLimit = 4
 	})
 	c := h.caller()
-	var items []mockmodel.Item
+	var items []demomodel.Item
 	for i := range 8 {
-		items = append(items, mockmodel.Reasoning(fmt.Sprintf("think %d", i)), mockmodel.Message(fmt.Sprintf("say %d ", i)))
+		items = append(items, demomodel.Reasoning(fmt.Sprintf("think %d", i)), demomodel.Message(fmt.Sprintf("say %d ", i)))
 	}
-	h.model.Enqueue(mockmodel.Respond(items...))
+	h.model.Enqueue(demomodel.Respond(items...))
 	m := messages.StartRound{User: "alice", Thread: "mesh/overflow", Text: "many items", RoundID: "ov-1"}
 	h.roundAsync(c, m)
 	// The wait includes the real CLI's start, which takes seconds on a

@@ -109,7 +109,7 @@ func (f actorFunc) Receive(c *actor.Context) { f(c) }
 // actors are contained: hollywood restarts nothing, that user's next round
 // still works, another user is untouched, the daemon goes on.
 func TestSupervisionPanicContained(t *testing.T) {
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}))
+	h := supHarness(t, heldFake(t, fakeappserver.Config{}))
 	events := tapEvents(t, h.engine)
 	probe := &eventProbe{}
 	probe.spawn(t, h.engine)
@@ -145,7 +145,7 @@ func TestSupervisionPanicContained(t *testing.T) {
 // is not left with a turn nobody follows.
 func TestSupervisionRoundPanicGivesVerdictAndInterruptsTurn(t *testing.T) {
 	record := filepath.Join(t.TempDir(), "record.jsonl")
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{HoldTurns: true, RecordPath: record}))
+	h := supHarness(t, withFake(t, fakeappserver.Config{HoldTurns: true, RecordPath: record}))
 	probe := &eventProbe{}
 	probe.spawn(t, h.engine)
 	c := h.caller()

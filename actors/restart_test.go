@@ -155,7 +155,7 @@ func TestRestartPolicyBackoffThenCooldown(t *testing.T) {
 	// The three refused rounds below must all come within the cool-down,
 	// which on a loaded machine a short one did not promise.
 	const cooldown = 4 * time.Second
-	h, _ := supHarness(t, mutate, func(c *tree) {
+	h := supHarness(t, mutate, func(c *tree) {
 		c.RestartLimit = 3
 		c.RestartWindow = time.Minute
 		c.RestartBackoff = 200 * time.Millisecond
@@ -226,7 +226,7 @@ func TestRestartCounterForgetsOldCrashes(t *testing.T) {
 	// Rounds 1 and 2 must both fall within one window: on a loaded
 	// machine two rounds took longer than a short one.
 	const window = 2 * time.Second
-	h, _ := supHarness(t, func(c *tree) {
+	h := supHarness(t, func(c *tree) {
 		c.CodexBin = filepath.Join(t.TempDir(), "no-such-codex")
 		c.RestartLimit = 2
 		c.RestartWindow = window

@@ -15,7 +15,7 @@ import (
 // never did: each retry reset the deadline).
 func TestRetriedErrorsAreNoticesNotProgress(t *testing.T) {
 	const stall = time.Second
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{UpstreamRetryMs: 100}),
+	h := supHarness(t, withFake(t, fakeappserver.Config{UpstreamRetryMs: 100}),
 		func(c *tree) { c.StallTimeout = stall })
 	c := h.caller()
 	start := time.Now()

@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
-	"github.com/meshweaver/supervisor/testkit/mockmodel"
 )
 
 func TestRoundCreatesThenResumes(t *testing.T) {
 	h := newHarness(t, nil)
 	c := h.caller()
-	h.model.Enqueue(mockmodel.Text("Hello", " there", "!"))
+	h.model.Enqueue(demomodel.Text("Hello", " there", "!"))
 	r1 := h.round(c, messages.StartRound{User: "alice", Thread: "mesh/t1", Text: "first message"})
 	if r1.verdict.Status != messages.StatusCompleted {
 		t.Fatalf("verdict = %+v", r1.verdict)
@@ -35,7 +35,7 @@ func TestRoundCreatesThenResumes(t *testing.T) {
 		t.Errorf("registry file %q does not hold thread %s", data, r1.verdict.CodexThreadID)
 	}
 
-	h.model.Enqueue(mockmodel.Text("Second", " answer"))
+	h.model.Enqueue(demomodel.Text("Second", " answer"))
 	r2 := h.round(c, messages.StartRound{User: "alice", Thread: "mesh/t1", Text: "second message"})
 	if r2.verdict.Status != messages.StatusCompleted || !r2.verdict.Resumed {
 		t.Fatalf("second verdict = %+v", r2.verdict)

@@ -64,7 +64,7 @@ func nextOf[T any](t testing.TB, c *caller, d time.Duration) T {
 // gets every later event exactly once, then the verdict; a third caller
 // attaching after the end gets the whole log and the verdict.
 func TestRoundOutlivesItsCaller(t *testing.T) {
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *tree) { c.CallerGrace = time.Minute })
+	h := supHarness(t, heldFake(t, fakeappserver.Config{}), func(c *tree) { c.CallerGrace = time.Minute })
 	events := tapEvents(t, h.engine)
 	c1 := h.caller()
 	h.roundAsync(c1, messages.StartRound{User: "alice", Thread: "mesh/o", Text: "hi", RoundID: "o-1"})

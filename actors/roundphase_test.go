@@ -160,7 +160,7 @@ func (pl *roundPhaseLog) check(t *testing.T, what, id string, want ...roundPhase
 func TestRoundPhasesFreshWarmResumedFallBack(t *testing.T) {
 	record := filepath.Join(t.TempDir(), "received.jsonl")
 	var pl roundPhaseLog
-	h, _ := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}), pl.hook)
+	h := supHarness(t, withFake(t, fakeappserver.Config{RecordPath: record}), pl.hook)
 	c := h.caller()
 	const key = "mesh/phases"
 	run := func(id, instructions string) roundResult {
@@ -215,7 +215,7 @@ func TestRoundPhasesFreshWarmResumedFallBack(t *testing.T) {
 // turn's end.
 func TestRoundPhasesInterrupted(t *testing.T) {
 	var pl roundPhaseLog
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), pl.hook)
+	h := supHarness(t, heldFake(t, fakeappserver.Config{}), pl.hook)
 	c := h.caller()
 	h.heldRound(c, messages.StartRound{User: "ivo", Thread: "mesh/int", Text: "hold", RoundID: "ph-int"})
 	pl.check(t, "an interrupted round", "ph-int", phaseLookup, phaseFresh, phaseTurnStart, phaseRunning,
@@ -227,7 +227,7 @@ func TestRoundPhasesInterrupted(t *testing.T) {
 func TestRoundPhasesAppServerDies(t *testing.T) {
 	t.Run("running", func(t *testing.T) {
 		var pl roundPhaseLog
-		h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}), pl.hook)
+		h := supHarness(t, heldFake(t, fakeappserver.Config{}), pl.hook)
 		c := h.caller()
 		h.roundAsync(c, messages.StartRound{User: "kit", Thread: "mesh/die", Text: "hold", RoundID: "ph-die"})
 		c.waitFirstEvent(t, "ph-die", waitFor)
@@ -241,7 +241,7 @@ func TestRoundPhasesAppServerDies(t *testing.T) {
 	})
 	t.Run("turn start", func(t *testing.T) {
 		var pl roundPhaseLog
-		h, _ := supHarness(t, withFake(t, fakeappserver.Config{ExitOnMethod: "turn/start", ExitCode: 3}), pl.hook)
+		h := supHarness(t, withFake(t, fakeappserver.Config{ExitOnMethod: "turn/start", ExitCode: 3}), pl.hook)
 		c := h.caller()
 		r := h.round(c, messages.StartRound{User: "kit", Thread: "mesh/die", Text: "hi", RoundID: "ph-die-start"})
 		mustStatus(t, r, messages.StatusFailed)

@@ -34,7 +34,7 @@ func TestSupervisionStopEndsAppServerGroup(t *testing.T) {
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h, _ := supHarness(t, func(c *tree) {
+	h := supHarness(t, func(c *tree) {
 		c.CodexBin, c.CodexArgs = script, l.Args
 		c.CodexEnv = append(c.CodexEnv, l.Env...)
 		c.StopGrace = 200 * time.Millisecond

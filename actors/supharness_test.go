@@ -3,13 +3,10 @@ package actors
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,64 +24,6 @@ import (
 // waitFor bounds every wait of these tests: nothing here sleeps to wait for
 // an outcome.
 const waitFor = 15 * time.Second
-
-// logRecord is one log line of the tree, with its attributes as text.
-type logRecord struct {
-	at    time.Time
-	level slog.Level
-	msg   string
-	attrs map[string]string
-}
-
-// logTap records the tree's log lines so that tests can wait for what the
-// actors did (an eviction, a contained panic, a crash) instead of sleeping.
-type logTap struct {
-	mu      sync.Mutex
-	recs    []logRecord
-	changed chan struct{} // closed and replaced on every record
-}
-
-func newLogTap() *logTap { return &logTap{changed: make(chan struct{})} }
-
-func (lt *logTap) add(r logRecord) {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	lt.recs = append(lt.recs, r)
-	close(lt.changed)
-	lt.changed = make(chan struct{})
-}
-
-type tapHandler struct {
-	tap   *logTap
-	attrs []slog.Attr
-	next  slog.Handler
-}
-
-func (h *tapHandler) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h *tapHandler) Handle(ctx context.Context, r slog.Record) error {
-	m := make(map[string]string, len(h.attrs)+r.NumAttrs())
-	for _, a := range h.attrs {
-		m[a.Key] = a.Value.String()
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		m[a.Key] = a.Value.String()
-		return true
-	})
-	h.tap.add(logRecord{at: r.Time, level: r.Level, msg: r.Message, attrs: m})
-	if h.next.Enabled(ctx, r.Level) {
-		return h.next.Handle(ctx, r)
-	}
-	return nil
-}
-
-func (h *tapHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &tapHandler{tap: h.tap, attrs: append(append([]slog.Attr(nil), h.attrs...), as...), next: h.next.WithAttrs(as)}
-}
-
-func (h *tapHandler) WithGroup(name string) slog.Handler {
-	return &tapHandler{tap: h.tap, attrs: h.attrs, next: h.next.WithGroup(name)}
-}
 
 // withFake points the tree at the fake app-server (this test binary
 // re-executed, see main_test.go) configured by fc.
@@ -160,21 +99,19 @@ func (h *harness) heldRound(c *caller, m messages.StartRound) roundResult {
 // and fails the leftover check of these tests.
 func realCLI(c *tree) { c.Overrides = append(c.Overrides, "features.shell_snapshot=false") }
 
-// supHarness is newHarness with a log tap, and with a check, after the tree
-// has stopped, that no app-server (real or fake) of its homes is left.
-func supHarness(t *testing.T, mutates ...func(*tree)) (*harness, *logTap) {
+// supHarness is newHarness with a check, after the tree has stopped, that
+// no app-server (real or fake) of its homes is left. Tests wait for what
+// the tree did on its events (tapEvents), not on its log.
+func supHarness(t *testing.T, mutates ...func(*tree)) *harness {
 	t.Helper()
 	homes := t.TempDir()
 	t.Cleanup(func() { checkNoAppServers(t, homes) }) // runs after the tree's cleanup
-	tap := newLogTap()
-	h := newHarness(t, func(c *tree) {
+	return newHarness(t, func(c *tree) {
 		c.Homes = homes
-		c.Logger = slog.New(&tapHandler{tap: tap, next: testLogger(t).Handler()})
 		for _, m := range mutates {
 			m(c)
 		}
 	})
-	return h, tap
 }
 
 // appServersUnder lists the pids of the live processes whose CODEX_HOME is

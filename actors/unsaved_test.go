@@ -35,7 +35,7 @@ func blockDir(t *testing.T, dir string) (unblock func()) {
 // so in its verdict; the write is kept and retried by the thread's next
 // round, which then finds what the failed write held.
 func TestUnsavedWritesNamedAndRetried(t *testing.T) {
-	h, _ := supHarness(t, heldFake(t, fakeappserver.Config{}))
+	h := supHarness(t, heldFake(t, fakeappserver.Config{}))
 	c := h.caller()
 	const key = "mesh/unsaved"
 	home := userHome(t, h, "alice")
