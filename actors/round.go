@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/meshweaver/supervisor/actors/eventmap"
+	"github.com/meshweaver/supervisor/actors/internal/textcut"
 	"github.com/meshweaver/supervisor/actors/turninput"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
@@ -723,20 +724,13 @@ func approvalNotice(m approvalAnswered) messages.RoundEvent {
 	_ = json.Unmarshal(m.req.Params, &p)
 	what := "a file change"
 	if m.req.Method == codexproto.ReqCommandApproval {
-		what = "command " + truncateRunes(p.Command, 200)
+		what = "command " + textcut.Runes(p.Command, 200)
 	}
 	answer := "declined (the round has no auto_approve)"
 	if m.approved {
 		answer = "approved (auto_approve)"
 	}
 	return messages.RoundEvent{Kind: messages.KindNotice, ItemID: p.ItemID, Text: "approval asked for " + what + ": " + answer}
-}
-
-func truncateRunes(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	return string([]rune(s)[:n]) + "…"
 }
 
 // roundMapper is the mapper of a round that asked for req.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/meshweaver/supervisor/actors/internal/textcut"
 	"github.com/meshweaver/supervisor/actors/policy"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
@@ -485,7 +486,7 @@ func (l *roundLog) answer(m messages.AnswerRequest) messages.RoundControlled {
 	ans := messages.RoundControlled{RoundID: m.RoundID}
 	a := l.asks[m.RequestID]
 	if a == nil {
-		ans.Error = fmt.Sprintf("no open request %q in this round", truncateRunes(m.RequestID, 64))
+		ans.Error = fmt.Sprintf("no open request %q in this round", textcut.Runes(m.RequestID, 64))
 		return ans
 	}
 	res, outcome, err := policy.CallerAnswer(a.req, m)

@@ -18,7 +18,7 @@ const (
 // provider. Pass each as `codex app-server -c <pair>` (actors.Config's
 // Overrides, serve's --codex-override).
 func Overrides(modelBaseURL string) []string {
-	q := tomlString
+	q := TOMLString
 	p := "model_providers." + ProviderID + "."
 	return []string{
 		"model_provider=" + q(ProviderID),
@@ -37,8 +37,8 @@ func Overrides(modelBaseURL string) []string {
 	}
 }
 
-// tomlString quotes s as a TOML basic string.
-func tomlString(s string) string {
+// TOMLString quotes s as a TOML basic string, as a -c value needs it.
+func TOMLString(s string) string {
 	var b strings.Builder
 	b.WriteByte('"')
 	for _, r := range s {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshweaver/supervisor/actors/internal/textcut"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
@@ -391,7 +392,7 @@ func (m *Mapper) itemStarted(it *codexproto.Item, sx *codexproto.SurfaceItem) []
 func (m *Mapper) itemCompleted(it *codexproto.Item, own bool) []messages.RoundEvent {
 	result := func(r messages.ToolResult) []messages.RoundEvent {
 		r.CallID = it.ID
-		r.Output = clip(r.Output, maxToolOutput)
+		r.Output = textcut.Bytes(r.Output, maxToolOutput)
 		return one(messages.RoundEvent{Kind: messages.KindToolResult, ItemID: it.ID, Result: &r})
 	}
 	switch it.Type {
@@ -488,7 +489,7 @@ func jsonText(v any) string {
 func diffChanges(cs []codexproto.FileChangeDiff) []messages.FileChange {
 	out := make([]messages.FileChange, 0, len(cs))
 	for _, c := range cs {
-		fc := messages.FileChange{Path: c.Path, Kind: c.Kind.Type, Diff: clip(c.Diff, maxDiff)}
+		fc := messages.FileChange{Path: c.Path, Kind: c.Kind.Type, Diff: textcut.Bytes(c.Diff, maxDiff)}
 		if c.Kind.MovePath != nil {
 			fc.MovePath = *c.Kind.MovePath
 		}
@@ -534,18 +535,6 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
-}
-
-// clip bounds s to n bytes on a rune boundary, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && (s[i]&0xC0) == 0x80 {
-		i--
-	}
-	return s[:i] + "…[truncated]"
 }
 
 // IsProgress reports whether a notification shows the turn moving. An
@@ -598,7 +587,7 @@ func (m *Mapper) surfaceNote(n *codexrpc.Notification) (evs []messages.RoundEven
 			return nil, true // the CLI repeats the same diff 2 or 3 times a turn
 		}
 		m.lastDiff = d.Diff
-		return one(messages.RoundEvent{Kind: messages.KindDiff, Text: clip(d.Diff, maxToolOutput)}), true
+		return one(messages.RoundEvent{Kind: messages.KindDiff, Text: textcut.Bytes(d.Diff, maxToolOutput)}), true
 	case codexproto.NoteCommandOutputDelta:
 		return m.outputDelta(n, ""), true
 	case codexproto.NoteThreadSettings:
@@ -694,7 +683,7 @@ func (m *Mapper) childNote(n *codexrpc.Notification, h codexproto.ThreadHeader, 
 		if json.Unmarshal(n.Params, &d) != nil || d.Diff == "" {
 			return nil
 		}
-		evs = one(messages.RoundEvent{Kind: messages.KindDiff, Text: clip(d.Diff, maxToolOutput)})
+		evs = one(messages.RoundEvent{Kind: messages.KindDiff, Text: textcut.Bytes(d.Diff, maxToolOutput)})
 	case codexproto.NoteTurnStarted:
 		var t codexproto.TurnNotification
 		if json.Unmarshal(n.Params, &t) != nil {
@@ -714,7 +703,7 @@ func (m *Mapper) childNote(n *codexrpc.Notification, h codexproto.ThreadHeader, 
 			return nil
 		}
 		sub := messages.Subagent{Phase: messages.SubagentEnded, Thread: h.ThreadID, Tool: "turnCompleted", Status: t.Turn.Status,
-			Message: clip(c.lastMessage, maxToolOutput)}
+			Message: textcut.Bytes(c.lastMessage, maxToolOutput)}
 		if t.Turn.Error != nil && sub.Message == "" {
 			sub.Message = t.Turn.Error.Message
 		}
@@ -765,7 +754,7 @@ func (m *Mapper) collab(sx *codexproto.SurfaceItem, completed bool) []messages.R
 		if st, ok := sx.AgentsStates[id]; ok {
 			sub.Status = st.Status
 			if st.Message != nil {
-				sub.Message = clip(*st.Message, maxToolOutput)
+				sub.Message = textcut.Bytes(*st.Message, maxToolOutput)
 			}
 		}
 		switch {

@@ -3,6 +3,8 @@ package eventmap
 import (
 	"bufio"
 	"encoding/json"
+	"github.com/meshweaver/supervisor/actors/internal/textcut"
+	"github.com/meshweaver/supervisor/testkit/jsoneq"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,11 +166,11 @@ func TestMapperSurfaceRows(t *testing.T) {
 				m.note(p)
 			}
 			got, end := m.note(tt.in)
-			if !jsonEqual(got, tt.want) {
-				t.Errorf("events:\n got %s\nwant %s", mustJSON(got), mustJSON(tt.want))
+			if !jsoneq.Equal(got, tt.want) {
+				t.Errorf("events:\n got %s\nwant %s", jsoneq.String(got), jsoneq.String(tt.want))
 			}
 			if end != nil {
-				t.Errorf("end = %s, want none", mustJSON(end))
+				t.Errorf("end = %s, want none", jsoneq.String(end))
 			}
 		})
 	}
@@ -277,7 +279,7 @@ func TestUsageLimitResetPrefersRateLimits(t *testing.T) {
 	m.note(note("account/rateLimits/updated", `{"rateLimits":{"limitId":"codex","primary":{"usedPercent":100,"windowDurationMins":300,"resetsAt":1900000000},"secondary":{"usedPercent":40,"resetsAt":1900500000}}}`))
 	evs, _ := m.note(note("error", `{"threadId":"t","turnId":"u","willRetry":false,"error":{"message":"try again at Mar 17th, 2030 5:46 PM.","codexErrorInfo":"usageLimitExceeded"}}`))
 	if len(evs) != 1 || evs[0].ErrorInfo == nil || evs[0].ErrorInfo.ResetsAtUnix != 1900000000 {
-		t.Fatalf("events = %s, want a usage_limit error resetting at 1900000000 (the exhausted window's)", mustJSON(evs))
+		t.Fatalf("events = %s, want a usage_limit error resetting at 1900000000 (the exhausted window's)", jsoneq.String(evs))
 	}
 	// The verdict gets the class of the last final error.
 	v := messages.RoundFinished{Status: messages.StatusFailed}
@@ -339,8 +341,8 @@ func TestDecorateVerdict(t *testing.T) {
 			}
 			v := messages.RoundFinished{Status: tt.status}
 			m.Decorate(&v, tt.end)
-			if !jsonEqual(v, tt.want) {
-				t.Errorf("verdict = %s, want %s", mustJSON(v), mustJSON(tt.want))
+			if !jsoneq.Equal(v, tt.want) {
+				t.Errorf("verdict = %s, want %s", jsoneq.String(v), jsoneq.String(tt.want))
 			}
 		})
 	}
@@ -432,7 +434,7 @@ func TestMapperOnRecordings(t *testing.T) {
 			if e.Kind == messages.KindDiff {
 				diffs++
 				if !strings.HasPrefix(e.Text, "diff --git ") {
-					t.Errorf("diff event %q is not a git diff", clip(e.Text, 80))
+					t.Errorf("diff event %q is not a git diff", textcut.Bytes(e.Text, 80))
 				}
 			}
 			if e.Tool != nil {
@@ -569,7 +571,7 @@ func TestSubagentRecording(t *testing.T) {
 		t.Fatalf("routes = %v, want the parent and one child", routes)
 	}
 	if len(ends) != 1 || ends[0].Status != codexproto.TurnCompleted {
-		t.Errorf("turn ends = %s, want the parent's only", mustJSON(ends))
+		t.Errorf("turn ends = %s, want the parent's only", jsoneq.String(ends))
 	}
 	var child string
 	var started, ended int

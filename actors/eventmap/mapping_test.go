@@ -6,6 +6,7 @@ import (
 
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/testkit/jsoneq"
 )
 
 func note(method, params string) *codexrpc.Notification {
@@ -133,11 +134,11 @@ func TestMapperRows(t *testing.T) {
 				m.note(p)
 			}
 			got, end := m.note(tt.in)
-			if !jsonEqual(got, tt.want) {
-				t.Errorf("events:\n got %s\nwant %s", mustJSON(got), mustJSON(tt.want))
+			if !jsoneq.Equal(got, tt.want) {
+				t.Errorf("events:\n got %s\nwant %s", jsoneq.String(got), jsoneq.String(tt.want))
 			}
-			if !jsonEqual(end, tt.end) {
-				t.Errorf("end = %s, want %s", mustJSON(end), mustJSON(tt.end))
+			if !jsoneq.Equal(end, tt.end) {
+				t.Errorf("end = %s, want %s", jsoneq.String(end), jsoneq.String(tt.end))
 			}
 		})
 	}
@@ -151,16 +152,6 @@ func TestMapperAnswerForJournal(t *testing.T) {
 	m.note(note("item/completed", `{"item":{"type":"agentMessage","id":"b","text":"!"}}`))
 	if got, want := m.Answer(), "Hello world!"; got != want {
 		t.Errorf("Answer() = %q, want %q", got, want)
-	}
-}
-
-func TestClipKeepsRunes(t *testing.T) {
-	s := "aé" // é is 2 bytes
-	if got := clip(s, 2); got != "a…[truncated]" {
-		t.Errorf("clip = %q", got)
-	}
-	if got := clip("abc", 5); got != "abc" {
-		t.Errorf("clip = %q", got)
 	}
 }
 

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/meshweaver/supervisor/actors/internal/textcut"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
@@ -93,10 +93,10 @@ func Describe(r *codexrpc.Request) (shown messages.ServerRequest, ok bool) {
 		_ = json.Unmarshal(r.Params, &p)
 		shown = messages.ServerRequest{Type: messages.RequestFileChangeApproval, ItemID: p.ItemID}
 		if r.Method == codexproto.ReqCommandApproval {
-			shown.Type, shown.Command, shown.Cwd = messages.RequestCommandApproval, truncateRunes(p.Command, 4096), p.Cwd
+			shown.Type, shown.Command, shown.Cwd = messages.RequestCommandApproval, textcut.Runes(p.Command, 4096), p.Cwd
 		}
 		if p.Reason != nil {
-			shown.Reason = truncateRunes(*p.Reason, 4096)
+			shown.Reason = textcut.Runes(*p.Reason, 4096)
 		}
 		return shown, true
 	case codexproto.ReqUserInput:
@@ -120,7 +120,7 @@ func Describe(r *codexrpc.Request) (shown messages.ServerRequest, ok bool) {
 			} `json:"_meta"`
 		}
 		_ = json.Unmarshal(r.Params, &p)
-		shown = messages.ServerRequest{Type: messages.RequestElicitation, Message: truncateRunes(p.Message, 4096)}
+		shown = messages.ServerRequest{Type: messages.RequestElicitation, Message: textcut.Runes(p.Message, 4096)}
 		if p.Meta.Kind == "mcp_tool_call" {
 			shown.Type = messages.RequestMCPToolApproval
 		} else if len(p.Schema) > 0 && len(p.Schema) <= 64<<10 {
@@ -158,7 +158,7 @@ func CallerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, ou
 		}
 		for id := range a.Answers {
 			if _, ok := ans.Answers[id]; !ok {
-				return nil, "", fmt.Errorf("no question has id %q", truncateRunes(id, 64))
+				return nil, "", fmt.Errorf("no question has id %q", textcut.Runes(id, 64))
 			}
 		}
 		outcome = "answered"
@@ -184,12 +184,4 @@ func CallerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, ou
 		return nil, "", errors.New("an elicitation needs a decision: accept, decline or cancel")
 	}
 	return nil, "", fmt.Errorf("cannot answer %s", r.Method)
-}
-
-// truncateRunes bounds s to n runes, marking the cut.
-func truncateRunes(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	return string([]rune(s)[:n]) + "…"
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/testkit/jsoneq"
 )
 
 func TestEffectivePolicy(t *testing.T) {
@@ -117,7 +118,7 @@ func TestPolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res, q, err := Answer(tt.req, tt.auto)
-			got := mustJSON(res)
+			got := jsoneq.String(res)
 			if err != nil {
 				var we *codexrpc.WireError
 				if !asWire(err, &we) {

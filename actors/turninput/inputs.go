@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/meshweaver/supervisor/actors/internal/textcut"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/messages"
 )
@@ -182,26 +183,26 @@ func imageInputs(images []messages.ImageInput, workspace string) ([]codexproto.I
 // of a regular file of at most MaxImageLen bytes that stays inside root.
 func workspaceFile(root, rel string) (string, error) {
 	if rel == "" || filepath.IsAbs(rel) || !filepath.IsLocal(rel) {
-		return "", fmt.Errorf("path %q is not inside the workspace", clip(rel, 200))
+		return "", fmt.Errorf("path %q is not inside the workspace", textcut.Bytes(rel, 200))
 	}
 	real, err := filepath.EvalSymlinks(filepath.Join(root, rel))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("path %q does not exist in the workspace", clip(rel, 200))
+			return "", fmt.Errorf("path %q does not exist in the workspace", textcut.Bytes(rel, 200))
 		}
-		return "", fmt.Errorf("path %q: %w", clip(rel, 200), err)
+		return "", fmt.Errorf("path %q: %w", textcut.Bytes(rel, 200), err)
 	}
 	if r, err := filepath.Rel(root, real); err != nil || !filepath.IsLocal(r) {
-		return "", fmt.Errorf("path %q leads out of the workspace", clip(rel, 200))
+		return "", fmt.Errorf("path %q leads out of the workspace", textcut.Bytes(rel, 200))
 	}
 	fi, err := os.Stat(real)
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("path %q: %w", clip(rel, 200), err)
+		return "", fmt.Errorf("path %q: %w", textcut.Bytes(rel, 200), err)
 	case !fi.Mode().IsRegular():
-		return "", fmt.Errorf("path %q is not a regular file", clip(rel, 200))
+		return "", fmt.Errorf("path %q is not a regular file", textcut.Bytes(rel, 200))
 	case fi.Size() > messages.MaxImageLen:
-		return "", fmt.Errorf("path %q is %d bytes, max %d", clip(rel, 200), fi.Size(), messages.MaxImageLen)
+		return "", fmt.Errorf("path %q is %d bytes, max %d", textcut.Bytes(rel, 200), fi.Size(), messages.MaxImageLen)
 	}
 	return real, nil
 }
@@ -278,16 +279,4 @@ func Params(base codexproto.TurnStartParams, req messages.StartRound, workspace 
 	p.SandboxPolicy = sandboxPolicy(sandbox)
 	p.ApprovalPolicy = approval
 	return p, notes, nil
-}
-
-// clip bounds s to n bytes on a rune boundary, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && (s[i]&0xC0) == 0x80 {
-		i--
-	}
-	return s[:i] + "…[truncated]"
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/testkit/jsoneq"
 	"github.com/meshweaver/supervisor/testkit/schema"
 )
 
@@ -204,8 +205,8 @@ func TestImageInputs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !jsonEqual(got, tt.want) {
-				t.Errorf("items = %s, want %s", mustJSON(got), mustJSON(tt.want))
+			if !jsoneq.Equal(got, tt.want) {
+				t.Errorf("items = %s, want %s", jsoneq.String(got), jsoneq.String(tt.want))
 			}
 		})
 	}
@@ -264,7 +265,7 @@ func TestTurnStartParams(t *testing.T) {
 				t.Errorf("notes = %q, want none", notes)
 			}
 			if len(p.Input) != 2 || p.Input[0].Text != tt.wantText || p.Input[1].Type != codexproto.InputLocalImage {
-				t.Errorf("input = %s", mustJSON(p.Input))
+				t.Errorf("input = %s", jsoneq.String(p.Input))
 			}
 			if got := p.AdditionalContext != nil; got != tt.wantNative {
 				t.Errorf("native additionalContext = %t, want %t", got, tt.wantNative)
@@ -291,7 +292,7 @@ func TestTurnStartParams(t *testing.T) {
 			t.Fatal(err)
 		}
 		if p.SandboxPolicy == nil || p.SandboxPolicy.Type != codexproto.PolicyReadOnly || p.ApprovalPolicy != "never" || p.OutputSchema != nil {
-			t.Errorf("params = %s", mustJSON(p))
+			t.Errorf("params = %s", jsoneq.String(p))
 		}
 	})
 	t.Run("bad input is ErrInput", func(t *testing.T) {

@@ -150,7 +150,7 @@ func WriteConfig(home, modelBaseURL string, opts ...Option) error {
 		if err := os.WriteFile(path, append(data, '\n'), 0o600); err != nil {
 			return fmt.Errorf("codexhome: writing %s: %w", path, err)
 		}
-		pairs = append(pairs, "model_catalog_json="+tomlString(path))
+		pairs = append(pairs, "model_catalog_json="+demomodel.TOMLString(path))
 	}
 	pairs = append(pairs, s.extra...)
 
@@ -165,25 +165,6 @@ func WriteConfig(home, modelBaseURL string, opts ...Option) error {
 		return fmt.Errorf("codexhome: writing %s: %w", path, err)
 	}
 	return nil
-}
-
-// tomlString quotes s as a TOML basic string.
-func tomlString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, "\\u%04x", r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }
 
 // dedupe keeps the last pair of each key, at the place of the first one.
