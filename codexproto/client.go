@@ -163,6 +163,15 @@ func (c *Client) Logout(ctx context.Context) error {
 	return c.Conn.Call(ctx, MethodLogout, json.RawMessage("null"), nil)
 }
 
+// CommandExec runs one command the way the CLI runs a round's shell
+// commands: in its sandbox (p.SandboxPolicy, else the home's configured
+// one), in p.Cwd, output captured.
+func (c *Client) CommandExec(ctx context.Context, p CommandExecParams) (CommandExecResult, error) {
+	var res CommandExecResult
+	err := c.Conn.Call(ctx, MethodCommandExec, p, &res)
+	return res, err
+}
+
 // Ping makes the cheapest call the CLI answers on its own, with no model
 // and no disk involved (thread/loaded/list). Any answer, an error answer
 // included, shows the process still reads and writes; only a transport

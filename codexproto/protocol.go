@@ -21,6 +21,7 @@ const (
 	MethodLoginStart       = "account/login/start"
 	MethodLoginCancel      = "account/login/cancel"
 	MethodLogout           = "account/logout"
+	MethodCommandExec      = "command/exec"
 )
 
 // Notifications the daemon reads. Anything else is ignored.
@@ -78,11 +79,12 @@ type InitializeResult struct {
 
 // Sandbox modes and approval policies the daemon uses.
 const (
-	SandboxReadOnly       = "read-only"
-	SandboxWorkspaceWrite = "workspace-write"
-	ApprovalNever         = "never"
-	ApprovalOnRequest     = "on-request"
-	ApprovalUntrusted     = "untrusted"
+	SandboxReadOnly         = "read-only"
+	SandboxWorkspaceWrite   = "workspace-write"
+	SandboxDangerFullAccess = "danger-full-access"
+	ApprovalNever           = "never"
+	ApprovalOnRequest       = "on-request"
+	ApprovalUntrusted       = "untrusted"
 )
 
 // ThreadStartParams starts a thread. Config is a config.toml overlay as

@@ -162,6 +162,36 @@ const (
 	PolicyDangerFullAccess = "dangerFullAccess"
 )
 
+// PolicyOf is the sandboxPolicy of a sandbox mode (read-only,
+// workspace-write, danger-full-access); nil for any other word.
+func PolicyOf(mode string) *SandboxPolicy {
+	switch mode {
+	case SandboxReadOnly:
+		return &SandboxPolicy{Type: PolicyReadOnly}
+	case SandboxWorkspaceWrite:
+		return &SandboxPolicy{Type: PolicyWorkspaceWrite}
+	case SandboxDangerFullAccess:
+		return &SandboxPolicy{Type: PolicyDangerFullAccess}
+	}
+	return nil
+}
+
+// CommandExecParams runs one command outside any thread (command/exec).
+type CommandExecParams struct {
+	Command       []string       `json:"command"`
+	Cwd           string         `json:"cwd,omitempty"`
+	SandboxPolicy *SandboxPolicy `json:"sandboxPolicy,omitempty"`
+	TimeoutMs     int64          `json:"timeoutMs,omitempty"`
+}
+
+// CommandExecResult is a finished command/exec: its exit code and
+// captured output.
+type CommandExecResult struct {
+	ExitCode int    `json:"exitCode"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+}
+
 // TurnStartSurfaceParams is turn/start with the inputs of the wider
 // surface. It embeds TurnStartParams; its Input replaces the text-only one
 // (encoding/json takes the shallower field).

@@ -322,6 +322,9 @@ func (n *Node) scan() error {
 		return fmt.Errorf("listing %s: %w", n.opts.Homes, err)
 	}
 	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") { // the claims, a probe's folder: nobody's home
+			continue
+		}
 		dir := filepath.Join(n.opts.Homes, e.Name())
 		fi, err := os.Lstat(filepath.Join(dir, ".codex"))
 		if err != nil || !fi.IsDir() {

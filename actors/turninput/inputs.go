@@ -116,19 +116,6 @@ func clampPolicy(sandbox, approval string, b Bounds) (outSandbox, outApproval st
 	return outSandbox, outApproval, notes, nil
 }
 
-// sandboxPolicy is turn/start's form of a sandbox mode.
-func sandboxPolicy(mode string) *codexproto.SandboxPolicy {
-	switch mode {
-	case messages.SandboxReadOnly:
-		return &codexproto.SandboxPolicy{Type: codexproto.PolicyReadOnly}
-	case messages.SandboxWorkspaceWrite:
-		return &codexproto.SandboxPolicy{Type: codexproto.PolicyWorkspaceWrite}
-	case messages.SandboxDangerFullAccess:
-		return &codexproto.SandboxPolicy{Type: codexproto.PolicyDangerFullAccess}
-	}
-	return nil
-}
-
 // outputSchema checks a round's output schema (a JSON object within
 // MaxOutputSchemaLen) and returns it for turn/start; nil when there is none.
 func outputSchema(text string) (json.RawMessage, error) {
@@ -276,7 +263,7 @@ func Params(base codexproto.TurnStartParams, req messages.StartRound, workspace 
 	if err != nil {
 		return p, nil, err
 	}
-	p.SandboxPolicy = sandboxPolicy(sandbox)
+	p.SandboxPolicy = codexproto.PolicyOf(sandbox)
 	p.ApprovalPolicy = approval
 	return p, notes, nil
 }

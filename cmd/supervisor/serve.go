@@ -199,6 +199,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return errUsage
 			}
 		}
+		// Then what a round runs, as a round runs it.
+		ran, err := o.probeRound(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
+			return errUsage
+		}
+		fmt.Fprintf(stdout, "supervisor serve: %s\n", ran)
 		fmt.Fprintf(stdout, "supervisor serve: user limits enforced here: %s\n", describeEnforced(rep))
 		fmt.Fprintln(stdout, "supervisor serve: the settings are valid")
 		return nil
