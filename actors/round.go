@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/meshweaver/supervisor/actors/eventmap"
 	"github.com/meshweaver/supervisor/actors/internal/textcut"
+	"github.com/meshweaver/supervisor/actors/policy"
 	"github.com/meshweaver/supervisor/actors/turninput"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
@@ -746,9 +748,42 @@ func roundMapper(req messages.StartRound) *eventmap.Mapper {
 func (r *roundActor) turnStart(text string, v codexproto.Version) (codexproto.TurnStartSurfaceParams, []string, error) {
 	req := r.req.StartRound
 	req.Text = text
-	return turninput.Params(codexproto.TurnStartParams{ThreadID: r.thread.id, Summary: "auto",
+	p, notes, err := turninput.Params(codexproto.TurnStartParams{ThreadID: r.thread.id, Summary: "auto",
 		Model: r.req.Model, Effort: r.req.Effort, ClientUserMessageID: r.req.ClientMessageID},
 		req, r.cfg.Workspace, v, r.bounds())
+	if err == nil {
+		if n := r.silentApprovals(p.ApprovalPolicy); n != "" {
+			notes = append(notes, n)
+		}
+	}
+	return p, notes, err
+}
+
+// silentApprovals is the notice for a round whose way of answering
+// approvals (auto_approve, or on_request auto or ask) can never be used:
+// under approval policy never codex asks for none, and runs only what its
+// sandbox allows. "" when they agree.
+func (r *roundActor) silentApprovals(approval string) string {
+	if approval != codexproto.ApprovalNever {
+		return ""
+	}
+	how := ""
+	switch policy.Effective(r.req.OnRequest, r.req.AutoApprove) {
+	case messages.PolicyAuto:
+		how = "auto_approve approves nothing"
+	case messages.PolicyAsk:
+		how = "no approval will be put to you (questions and MCP elicitations still are)"
+	default:
+		return ""
+	}
+	fix := "this daemon allows no other (--allow-approval-policies)"
+	for _, a := range []string{codexproto.ApprovalOnRequest, codexproto.ApprovalUntrusted} {
+		if slices.Contains(r.cfg.ApprovalPolicies, a) || r.cfg.ApprovalPolicy == a {
+			fix = "ask for approval policy " + a + " to be asked"
+			break
+		}
+	}
+	return fmt.Sprintf("approval policy never: codex asks for no approval, so %s; commands run only as far as the sandbox allows. %s", how, fix)
 }
 
 // bounds are the operator's bounds on a round's sandbox and approval

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,6 +95,45 @@ func TestWireSandboxClampedWithNotice(t *testing.T) {
 	ts := turnStarts(t, record)
 	if len(ts) != 1 || !strings.Contains(string(ts[0]["sandboxPolicy"]), `"workspaceWrite"`) {
 		t.Fatalf("turn/start params = %v", ts)
+	}
+}
+
+// A round that would answer approvals (auto_approve, or on_request ask)
+// under approval policy never, where codex asks for none, is told so in a
+// notice naming the policy that would ask; a round whose settings agree
+// gets no such notice.
+func TestWireSilentApprovalsNoticed(t *testing.T) {
+	h := fakeHarness(t, fakeappserver.Config{ReplyText: "ok"}, func(c *tree) {
+		c.ApprovalPolicy = messages.ApprovalNever
+		c.ApprovalPolicies = []string{messages.ApprovalNever, messages.ApprovalOnRequest}
+	})
+	c := h.caller()
+	for i, tc := range []struct {
+		req  messages.StartRound
+		want string // "" for no notice
+	}{
+		{messages.StartRound{AutoApprove: true}, "auto_approve approves nothing"},
+		{messages.StartRound{OnRequest: messages.PolicyAsk}, "no approval will be put to you"},
+		{messages.StartRound{AutoApprove: true, ApprovalPolicy: messages.ApprovalOnRequest}, ""},
+		{messages.StartRound{}, ""},
+	} {
+		tc.req.User, tc.req.Thread, tc.req.Text = "carol", fmt.Sprintf("t-appr-%d", i), "go"
+		r := h.round(c, tc.req)
+		if r.verdict.Status != messages.StatusCompleted {
+			t.Fatalf("round %d: verdict = %+v", i, r.verdict)
+		}
+		var got []string
+		for _, e := range r.kinds(messages.KindNotice) {
+			if strings.Contains(e.Text, "approval policy never") {
+				got = append(got, e.Text)
+			}
+		}
+		switch {
+		case tc.want == "" && len(got) > 0:
+			t.Errorf("round %d (%+v): unexpected notice %q", i, tc.req, got)
+		case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want) || !strings.Contains(got[0], "ask for approval policy on-request")):
+			t.Errorf("round %d: notices %q, want one with %q naming on-request", i, got, tc.want)
+		}
 	}
 }
 

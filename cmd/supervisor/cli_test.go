@@ -296,6 +296,17 @@ func TestCLIRoundThroughBinary(t *testing.T) {
 		t.Errorf("a running app-server announced as starting:\n%s", stderr)
 	}
 
+	// --auto-approve on a daemon whose approval policy is never: codex
+	// asks for nothing, and the caller is told in a line of its output.
+	e.model.Enqueue(demomodel.Respond(demomodel.Message("Done.")))
+	code, _, stderr = round("--user", "cli-ann", "--thread", "t1", "--auto-approve", "go on")
+	if code != 0 || !strings.Contains(stderr, "notice: approval policy never: codex asks for no approval, so auto_approve approves nothing") {
+		t.Errorf("round --auto-approve under approval policy never: exit %d; stderr:\n%s", code, stderr)
+	}
+	if code, _, stderr := round("--user", "cli-ann", "--thread", "t1", "--approval-policy", "sometimes", "x"); code != 2 || !strings.Contains(stderr, "approval") {
+		t.Errorf("round --approval-policy sometimes: exit %d, stderr %q; want 2 naming the approval policy", code, stderr)
+	}
+
 	// failed → 1, rejected → 6.
 	e.model.Enqueue(demomodel.Failed("server_error", "the model broke"))
 	if code, _, stderr := round("--user", "cli-ann", "--thread", "t1", "break"); code != exitFailed || !strings.Contains(stderr, "[round failed in ") {

@@ -35,6 +35,7 @@ type roundOptions struct {
 	json, autoApprove          bool
 	mcpURL, model, effort      string
 	instructions, roundID      string
+	sandbox, approval          string
 	timeout                    time.Duration
 }
 
@@ -90,7 +91,9 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.user, "user", "", "mesh user id (required)")
 	fs.StringVar(&o.thread, "thread", "", "mesh thread key (required)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per event per line, the last {\"type\":\"done\",...}")
-	fs.BoolVar(&o.autoApprove, "auto-approve", false, "approve codex's command and patch requests")
+	fs.BoolVar(&o.autoApprove, "auto-approve", false, "approve codex's command and patch requests (codex asks only under an approval policy other than never: see --approval-policy)")
+	fs.StringVar(&o.approval, "approval-policy", "", "the round's approval policy: never, on-request or untrusted, within what the daemon allows (default: the daemon's)")
+	fs.StringVar(&o.sandbox, "sandbox", "", "the round's sandbox: read-only, workspace-write or danger-full-access, within the daemon's bound (default: the daemon's)")
 	fs.StringVar(&o.mcpURL, "mcp-url", "", "the mesh's MCP back-connection `URL`; its bearer token comes from $SUPERVISOR_MCP_TOKEN")
 	fs.StringVar(&o.model, "model", "", "codex model (default: the user's default)")
 	fs.StringVar(&o.effort, "effort", "", "reasoning effort")
@@ -124,6 +127,11 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		RoundID: o.roundID, User: o.user, Thread: o.thread, Text: text,
 		AutoApprove: o.autoApprove, MCPURL: o.mcpURL, MCPToken: os.Getenv("SUPERVISOR_MCP_TOKEN"),
 		Model: o.model, Effort: o.effort, DeveloperInstructions: o.instructions,
+		Sandbox: o.sandbox, ApprovalPolicy: o.approval,
+	}
+	if err := req.Validate(); err != nil {
+		fmt.Fprintf(stderr, "supervisor round: %v\n", err)
+		return errUsage
 	}
 	p := &printer{w: stdout, errw: stderr, json: o.json, roundID: o.roundID, start: time.Now()}
 	v, err := streamRound(ctx, c, req, p, o.timeout)
