@@ -19,6 +19,7 @@ import (
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/demomodel"
+	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/messages"
 )
 
@@ -81,8 +82,12 @@ type Options struct {
 	// once the user's first round would run warm. With it the bench adds
 	// the row "first round after a warm-up" against a direct cold round.
 	WarmUp func(ctx context.Context, c *client.Client, user, thread string) error
+	// Isolate, when set, builds the users' separation serve builds by
+	// default for a daemon with these homes and workspace; the deployed
+	// rows run with it (as root, with bubblewrap).
+	Isolate func(homes, workspace string) (*isolate.Node, error)
 	// Only, when set, runs these phases alone: "rounds", "events", "mcp",
-	// "memory", "limits".
+	// "memory", "limits", "deployed".
 	Only []string
 }
 
@@ -143,10 +148,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		{"mcp", "MCP calls through the front", r.mcpFront},
 		{"memory", "idle users' memory", r.idleMemory},
 		{"limits", "per-user limits' cost to a cold round", r.limits},
+		{"deployed", "users at once, the daemon isolated as deployed", r.deployed},
 	}
 	for _, k := range opts.Only {
 		if !slices.ContainsFunc(phases, func(p phase) bool { return p.key == k }) {
-			return nil, fmt.Errorf("bench: no phase %q (rounds, events, mcp, memory, limits)", k)
+			return nil, fmt.Errorf("bench: no phase %q (rounds, events, mcp, memory, limits, deployed)", k)
 		}
 	}
 	for _, p := range phases {
@@ -156,6 +162,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		r.progress("bench: %s", p.name)
 		if err := p.f(ctx); err != nil {
 			return nil, fmt.Errorf("bench: %s: %w", p.name, err)
+		}
+	}
+	for i := range r.rows {
+		if r.rows[i].Config == "" {
+			r.rows[i].Config = ConfigIsoOff
 		}
 	}
 	return &Result{

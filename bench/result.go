@@ -21,14 +21,17 @@ type Stats struct {
 
 // Row is one measurement: the daemon's side against its baseline, in the
 // row's unit. Ratio is Daemon.P50 / Base.P50 (for rates too: below 1 the
-// daemon carries less).
+// daemon carries less), RatioP99 the same of the p99s. Config names how
+// the daemon side ran (ConfigIsoOff unless a row says otherwise).
 type Row struct {
 	Name     string  `json:"name"`
 	Unit     string  `json:"unit"` // ms, µs, events/s, KiB, MiB
+	Config   string  `json:"config"`
 	Daemon   Stats   `json:"daemon"`
 	BaseName string  `json:"base_name"`
 	Base     Stats   `json:"base"`
 	Ratio    float64 `json:"ratio_p50"`
+	RatioP99 float64 `json:"ratio_p99"`
 	Note     string  `json:"note,omitempty"`
 }
 
@@ -78,6 +81,9 @@ func row(name, unit string, daemon []float64, baseName string, base []float64, n
 	if r.Base.P50 != 0 {
 		r.Ratio = r.Daemon.P50 / r.Base.P50
 	}
+	if r.Base.P99 != 0 {
+		r.RatioP99 = r.Daemon.P99 / r.Base.P99
+	}
 	return r
 }
 
@@ -88,7 +94,7 @@ func (r *Result) Complete() error {
 		return fmt.Errorf("no rows")
 	}
 	for _, x := range r.Rows {
-		for _, v := range []float64{x.Daemon.P50, x.Daemon.P99, x.Base.P50, x.Base.P99, x.Ratio} {
+		for _, v := range []float64{x.Daemon.P50, x.Daemon.P99, x.Base.P50, x.Base.P99, x.Ratio, x.RatioP99} {
 			if math.IsNaN(v) || math.IsInf(v, 0) || x.Daemon.N == 0 || x.Base.N == 0 {
 				return fmt.Errorf("row %q has no number (%+v)", x.Name, x)
 			}
@@ -105,10 +111,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	name := func(s string) string { return s + strings.Repeat(" ", width-utf8.RuneCountInString(s)) }
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%s\tunit\tdaemon p50\tp99\tn\tbaseline p50\tp99\tn\tratio p50\t  baseline\n", name("measurement"))
+	fmt.Fprintf(tw, "%s\tunit\tdaemon p50\tp99\tn\tbaseline p50\tp99\tn\tratio p50\tp99\t  daemon as\t  baseline\n", name("measurement"))
 	for _, x := range r.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%.2f\t  %s\n", name(x.Name), x.Unit,
-			num(x.Daemon.P50), num(x.Daemon.P99), x.Daemon.N, num(x.Base.P50), num(x.Base.P99), x.Base.N, x.Ratio, x.BaseName)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%.2f\t%.2f\t  %s\t  %s\n", name(x.Name), x.Unit,
+			num(x.Daemon.P50), num(x.Daemon.P99), x.Daemon.N, num(x.Base.P50), num(x.Base.P99), x.Base.N, x.Ratio, x.RatioP99, x.Config, x.BaseName)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -125,11 +131,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 
 // WriteMarkdown prints the rows as a Markdown table.
 func (r *Result) WriteMarkdown(w io.Writer) error {
-	fmt.Fprintln(w, "| measurement | unit | daemon p50 | daemon p99 | baseline | baseline p50 | baseline p99 | ratio p50 | n |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| measurement | daemon as | unit | daemon p50 | daemon p99 | baseline | baseline p50 | baseline p99 | ratio p50 | ratio p99 | n |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, x := range r.Rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.2f | %d / %d |\n", x.Name, x.Unit,
-			num(x.Daemon.P50), num(x.Daemon.P99), x.BaseName, num(x.Base.P50), num(x.Base.P99), x.Ratio, x.Daemon.N, x.Base.N)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %d / %d |\n", x.Name, x.Config, x.Unit,
+			num(x.Daemon.P50), num(x.Daemon.P99), x.BaseName, num(x.Base.P50), num(x.Base.P99), x.Ratio, x.RatioP99, x.Daemon.N, x.Base.N)
 	}
 	return nil
 }

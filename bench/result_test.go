@@ -39,12 +39,13 @@ func TestStatsOf(t *testing.T) {
 }
 
 func TestCompleteAndOutputs(t *testing.T) {
-	good := &Result{Rows: []Row{row("warm", "ms", []float64{2, 4}, "direct", []float64{1, 2}, "a note")}}
+	good := &Result{Rows: []Row{row("warm", "ms", []float64{2, 8}, "direct", []float64{1, 2}, "a note")}}
+	good.Rows[0].Config = ConfigUIDBwrap
 	if err := good.Complete(); err != nil {
 		t.Errorf("complete result: %v", err)
 	}
-	if r := good.Rows[0]; r.Ratio != 2 {
-		t.Errorf("ratio %v, want 2 (p50 2 over p50 1)", r.Ratio)
+	if r := good.Rows[0]; r.Ratio != 2 || r.RatioP99 != 4 {
+		t.Errorf("ratios %v / %v, want 2 (p50 2 over p50 1) / 4 (p99 8 over 2)", r.Ratio, r.RatioP99)
 	}
 	for _, bad := range []*Result{
 		{},
@@ -75,7 +76,7 @@ func TestCompleteAndOutputs(t *testing.T) {
 	if !strings.Contains(table.String(), "warm") || !strings.Contains(table.String(), "2.00") || !strings.Contains(table.String(), "warm: a note") {
 		t.Errorf("table:\n%s", table.String())
 	}
-	if lines := strings.Split(strings.TrimSpace(md.String()), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[2], "| warm | ms | 2.00 | 4.00 | direct | 1.00 |") {
+	if lines := strings.Split(strings.TrimSpace(md.String()), "\n"); len(lines) != 3 || lines[2] != "| warm | uid+bwrap | ms | 2.00 | 8.00 | direct | 1.00 | 2.00 | 2.00 | 4.00 | 2 / 2 |" {
 		t.Errorf("markdown:\n%s", md.String())
 	}
 }

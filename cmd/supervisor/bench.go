@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/meshweaver/supervisor/bench"
 	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/codexproc"
+	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/messages"
 )
 
@@ -34,7 +36,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	markdown := fs.Bool("markdown", false, "print the table as Markdown")
 	dir := fs.String("dir", "", "keep homes and workspace in `DIR`, which must be empty (default: a temporary folder, removed afterwards)")
 	codex := fs.String("codex", "", "codex `PATH` (default: $CODEX_BIN, the project-local install, then PATH)")
-	only := fs.String("only", "", "run only these comma-separated phases: rounds, events, mcp, memory, limits")
+	only := fs.String("only", "", "run only these comma-separated phases: rounds, events, mcp, memory, limits, deployed")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (the daemon runs in this process) to `FILE`")
 	counts := map[string]*int{}
 	for _, c := range []struct{ name, usage string }{
@@ -145,6 +147,17 @@ func benchOptions(exe string) bench.Options {
 				return nil, err
 			}
 			return benchDaemon{d: d, addr: listen}, nil
+		},
+		// The users' separation as serve builds it by default (its
+		// flags' defaults: the uid range, bubblewrap from PATH).
+		Isolate: func(homes, workspace string) (*isolate.Node, error) {
+			var o isolationOptions
+			fs := flag.NewFlagSet("bench-isolation", flag.ContinueOnError)
+			o.register(fs)
+			if err := fs.Parse(nil); err != nil {
+				return nil, err
+			}
+			return o.node(homes, workspace, nil, slog.New(slog.DiscardHandler))
 		},
 		FloodLaunch: func(deltas int) (string, []string, []string, error) {
 			return exe, []string{benchFloodCommand, "--deltas", strconv.Itoa(deltas)}, nil, nil

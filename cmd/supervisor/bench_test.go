@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,6 +23,10 @@ import (
 // not asserted: they depend on the machine.
 func TestBenchSmall(t *testing.T) {
 	dir := t.TempDir()
+	// As a deployed daemon's folders: the users' uids may pass.
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(t.TempDir(), "bench.json")
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -81,9 +86,31 @@ func TestBenchSmall(t *testing.T) {
 	} else {
 		t.Logf("no limits rows: %v", err)
 	}
+	// The deployed rows: isolation off always; uid+bwrap as root with
+	// bubblewrap (the run's folder is let through above), and the limits
+	// too where the host enforces them.
+	configs := []string{bench.ConfigIsoOff}
+	if _, err := exec.LookPath("bwrap"); err == nil && os.Geteuid() == 0 {
+		configs = append(configs, bench.ConfigUIDBwrap)
+		if bench.LimitsMeasurable() == nil {
+			configs = append(configs, bench.ConfigUIDBwrapLi)
+		}
+	}
+	for _, c := range configs {
+		for _, m := range []string{"send → first text", "send → verdict", "batch wall"} {
+			wantRows = append(wantRows, "2 users at once, "+c+": "+m)
+		}
+	}
 	var got []string
+	seen := map[string]bool{}
 	for _, r := range res.Rows {
 		got = append(got, r.Name)
+		seen[r.Config] = true
+	}
+	for _, c := range configs {
+		if !seen[c] {
+			t.Errorf("no row ran as %q", c)
+		}
 	}
 	if strings.Join(got, "\n") != strings.Join(wantRows, "\n") {
 		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantRows, "\n"))

@@ -1,0 +1,212 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/contain"
+	"github.com/meshweaver/supervisor/isolate"
+)
+
+// Configurations of the deployed rows, named in Row.Config.
+const (
+	ConfigIsoOff     = "isolation off"
+	ConfigUIDBwrap   = "uid+bwrap"
+	ConfigUIDBwrapLi = "uid+bwrap+limits"
+)
+
+// deployedSide is one daemon of the deployed rows.
+type deployedSide struct {
+	config string
+	c      *client.Client
+	t      timings
+	wall   []time.Duration
+}
+
+// deployed: Users users at once, the daemon as serve runs it as root
+// (each user's app-server under a uid of its own in a bubblewrap sandbox;
+// then with the per-user limits too), against the same daemon with
+// isolation off and against as many direct clients. All sides are live
+// at once and take their batches in a random order, so every ratio is
+// against the one set of direct clients of the same run; besides the
+// rounds' own times, each batch's wall time (its first send to its last
+// verdict). Where the host cannot isolate (not root, no bubblewrap, a
+// folder of the run the users' uids cannot reach), the rows with
+// isolation are left out and the progress says why.
+func (r *run) deployed(ctx context.Context) (err error) {
+	if r.opts.Isolate == nil {
+		r.progress("  deployed: not measured: no Options.Isolate")
+		return nil
+	}
+	// The users' uids pass through the run's folder to their homes and
+	// read the workspace, as they do a deployed daemon's.
+	if err := errors.Join(os.Chmod(r.opts.Dir, 0o711), os.Chmod(r.workspace, 0o755)); err != nil {
+		return err
+	}
+	off := r.daemonConfig("deployed-off")
+	sides := []*deployedSide{{config: ConfigIsoOff}}
+	d, c, err := r.startDaemon(off, quiet())
+	if err != nil {
+		return err
+	}
+	defer func() { c.Close(); err = errors.Join(err, d.Stop()) }()
+	sides[0].c = c
+
+	iso, why := r.isolation(r.daemonConfig("deployed-iso"))
+	if why != "" {
+		r.progress("  deployed: isolation rows not measured: %s", why)
+	}
+	if iso != nil {
+		cfg := r.daemonConfig("deployed-iso")
+		deps := quiet()
+		deps.Isolation = iso
+		d, c, err := r.startDaemon(cfg, deps)
+		if err != nil {
+			return err
+		}
+		defer func() { c.Close(); err = errors.Join(err, d.Stop()) }()
+		sides = append(sides, &deployedSide{config: ConfigUIDBwrap, c: c})
+
+		if err := LimitsMeasurable(); err != nil {
+			r.progress("  deployed: limits row not measured: %v", err)
+		} else {
+			cfg := r.daemonConfig("deployed-limits")
+			lim, why := r.isolation(cfg)
+			if lim == nil {
+				return fmt.Errorf("isolating the limits side: %s", why)
+			}
+			node, err := contain.Open(limitsOptions())
+			if err != nil {
+				return err
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				err = errors.Join(err, node.Close(ctx))
+			}()
+			disk, derr := contain.OpenDisk(benchLimits().Disk)
+			if derr != nil {
+				r.progress("  deployed: limits without the home image: %v", derr)
+				disk = nil
+			}
+			defer func() { err = errors.Join(err, disk.Close()) }()
+			deps := quiet()
+			deps.Isolation, deps.Contain, deps.Disk = lim, node, disk
+			d, c, err := r.startDaemon(cfg, deps)
+			if err != nil {
+				return err
+			}
+			defer func() { c.Close(); err = errors.Join(err, d.Stop()) }()
+			sides = append(sides, &deployedSide{config: ConfigUIDBwrapLi, c: c})
+		}
+	}
+
+	n := r.opts.Users
+	r.progress("  %d users at once as deployed (%d daemons and the direct clients): %d batches per side", n, len(sides), r.opts.Batches)
+	user := func(i int) string { return fmt.Sprintf("deployed-%d", i) }
+	for _, s := range sides { // every user's app-server and thread warm
+		if err := parallel(n, func(i int) error { _, err := daemonRound(ctx, s.c, user(i), "c", text); return err }); err != nil {
+			return fmt.Errorf("%s: %w", s.config, err)
+		}
+	}
+	clients := make([]*Direct, n)
+	threads := make([]string, n)
+	defer func() {
+		for _, dc := range clients {
+			if dc != nil {
+				dc.Close()
+			}
+		}
+	}()
+	cfgs := make([]DirectConfig, n)
+	for i := range cfgs {
+		cfgs[i] = r.directConfig()
+	}
+	err = parallel(n, func(i int) error {
+		dc, err := StartDirect(ctx, cfgs[i])
+		if err != nil {
+			return err
+		}
+		clients[i] = dc
+		if threads[i], err = dc.StartThread(ctx); err != nil {
+			return err
+		}
+		_, err = r.directTurn(ctx, dc, threads[i])
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	var direct timings
+	var directWall []time.Duration
+	turns := make([]func() error, 0, len(sides)+1)
+	for _, s := range sides {
+		turns = append(turns, func() error {
+			start := time.Now()
+			err := parallel(n, func(i int) error {
+				o, err := daemonRound(ctx, s.c, user(i), "c", text)
+				s.t.add(o.Timing)
+				return err
+			})
+			s.wall = append(s.wall, time.Since(start))
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.config, err)
+			}
+			return nil
+		})
+	}
+	turns = append(turns, func() error {
+		start := time.Now()
+		err := parallel(n, func(i int) error {
+			t, err := r.directTurn(ctx, clients[i], threads[i])
+			direct.add(t)
+			return err
+		})
+		directWall = append(directWall, time.Since(start))
+		return err
+	})
+	for range r.opts.Batches {
+		if err := r.inTurn(turns...); err != nil {
+			return err
+		}
+	}
+	base := fmt.Sprintf("%d direct clients", n)
+	for _, s := range sides {
+		name := fmt.Sprintf("%d users at once, %s", n, s.config)
+		first := len(r.rows)
+		r.pair(name, &s.t, &direct, base, "")
+		r.rows = append(r.rows, row(name+": batch wall", "ms", ms(s.wall), base, ms(directWall),
+			"a batch's first send to its last verdict"))
+		for i := first; i < len(r.rows); i++ {
+			r.rows[i].Config = s.config
+		}
+	}
+	return nil
+}
+
+// isolation is the users' separation of a daemon with cfg's homes as
+// serve builds it here; nil and why where the host cannot separate them
+// or the users' uids cannot reach a folder of the run.
+func (r *run) isolation(cfg actors.Config) (*isolate.Node, string) {
+	if os.Geteuid() != 0 {
+		return nil, "not root: no uid switch"
+	}
+	for _, p := range []string{cfg.Homes, r.workspace} {
+		if blocked, err := isolate.Unreachable(p); err != nil || blocked != "" {
+			return nil, fmt.Sprintf("the users' uids cannot reach %s (%v %s)", p, err, blocked)
+		}
+	}
+	node, err := r.opts.Isolate(cfg.Homes, cfg.Workspace)
+	if err != nil {
+		return nil, err.Error()
+	}
+	if node.Mode() != "uid+bwrap" {
+		return nil, "the host gives " + node.Mode() + ", not uid+bwrap"
+	}
+	return node, ""
+}
