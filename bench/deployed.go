@@ -30,7 +30,7 @@ type deployedSide struct {
 
 // deployed: Users users at once, the daemon as serve runs it as root
 // (each user's app-server under a uid of its own in a bubblewrap sandbox;
-// then with the per-user limits too), against the same daemon with
+// then with serve's default per-user limits too, contain.Defaults), against the same daemon with
 // isolation off and against as many direct clients. All sides are live
 // at once and take their batches in a random order, so every ratio is
 // against the one set of direct clients of the same run; besides the
@@ -80,7 +80,11 @@ func (r *run) deployed(ctx context.Context) (err error) {
 			if lim == nil {
 				return fmt.Errorf("isolating the limits side: %s", why)
 			}
-			node, err := contain.Open(limitsOptions())
+			// serve's default limits, which protect a node whose operator
+			// set none (no home image: that needs --user-disk-max).
+			o := limitsOptions()
+			o.Limits = contain.Defaults()
+			node, err := contain.Open(o)
 			if err != nil {
 				return err
 			}
@@ -89,14 +93,8 @@ func (r *run) deployed(ctx context.Context) (err error) {
 				defer cancel()
 				err = errors.Join(err, node.Close(ctx))
 			}()
-			disk, derr := contain.OpenDisk(benchLimits().Disk)
-			if derr != nil {
-				r.progress("  deployed: limits without the home image: %v", derr)
-				disk = nil
-			}
-			defer func() { err = errors.Join(err, disk.Close()) }()
 			deps := quiet()
-			deps.Isolation, deps.Contain, deps.Disk = lim, node, disk
+			deps.Isolation, deps.Contain = lim, node
 			d, c, err := r.startDaemon(cfg, deps)
 			if err != nil {
 				return err
@@ -184,6 +182,9 @@ func (r *run) deployed(ctx context.Context) (err error) {
 			"a batch's first send to its last verdict"))
 		for i := first; i < len(r.rows); i++ {
 			r.rows[i].Config = s.config
+		}
+		if s.config == ConfigUIDBwrapLi {
+			r.rows[first].Note = "serve's default limits: " + contain.Defaults().String()
 		}
 	}
 	return nil
