@@ -11,6 +11,8 @@ import (
 	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/isolate"
+	"github.com/meshweaver/supervisor/procs"
+	"github.com/prometheus/procfs"
 )
 
 // Configurations of the deployed rows, named in Row.Config.
@@ -19,6 +21,9 @@ const (
 	ConfigUIDBwrap   = "uid+bwrap"
 	ConfigUIDBwrapLi = "uid+bwrap+limits"
 )
+
+// sideHomes names each configuration's homes (Options.Dir/homes-<name>).
+var sideHomes = map[string]string{ConfigIsoOff: "deployed-off", ConfigUIDBwrap: "deployed-iso", ConfigUIDBwrapLi: "deployed-limits"}
 
 // deployedSide is one daemon of the deployed rows.
 type deployedSide struct {
@@ -48,7 +53,7 @@ func (r *run) deployed(ctx context.Context) (err error) {
 	if err := errors.Join(os.Chmod(r.opts.Dir, 0o711), os.Chmod(r.workspace, 0o755)); err != nil {
 		return err
 	}
-	off := r.daemonConfig("deployed-off")
+	off := r.daemonConfig(sideHomes[ConfigIsoOff])
 	sides := []*deployedSide{{config: ConfigIsoOff}}
 	d, c, err := r.startDaemon(off, quiet())
 	if err != nil {
@@ -57,12 +62,12 @@ func (r *run) deployed(ctx context.Context) (err error) {
 	defer func() { c.Close(); err = errors.Join(err, d.Stop()) }()
 	sides[0].c = c
 
-	iso, why := r.isolation(r.daemonConfig("deployed-iso"))
+	iso, why := r.isolation(r.daemonConfig(sideHomes[ConfigUIDBwrap]))
 	if why != "" {
 		r.progress("  deployed: isolation rows not measured: %s", why)
 	}
 	if iso != nil {
-		cfg := r.daemonConfig("deployed-iso")
+		cfg := r.daemonConfig(sideHomes[ConfigUIDBwrap])
 		deps := quiet()
 		deps.Isolation = iso
 		d, c, err := r.startDaemon(cfg, deps)
@@ -75,7 +80,7 @@ func (r *run) deployed(ctx context.Context) (err error) {
 		if err := LimitsMeasurable(); err != nil {
 			r.progress("  deployed: limits row not measured: %v", err)
 		} else {
-			cfg := r.daemonConfig("deployed-limits")
+			cfg := r.daemonConfig(sideHomes[ConfigUIDBwrapLi])
 			lim, why := r.isolation(cfg)
 			if lim == nil {
 				return fmt.Errorf("isolating the limits side: %s", why)
@@ -173,13 +178,39 @@ func (r *run) deployed(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	// The memory of a live user: its app-server's whole process tree
+	// (bubblewrap's included), against a direct client's CLI.
+	var directPSS []float64
+	for _, dc := range clients {
+		m, err := treePSS(dc.PID())
+		if err != nil {
+			return err
+		}
+		directPSS = append(directPSS, m/(1<<20))
+	}
 	base := fmt.Sprintf("%d direct clients", n)
 	for _, s := range sides {
+		homes := r.daemonConfig(sideHomes[s.config]).Homes
+		var pss []float64
+		for i := range n {
+			pid, err := livePID(homes, user(i))
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.config, err)
+			}
+			m, err := treePSS(pid)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.config, err)
+			}
+			pss = append(pss, m/(1<<20))
+		}
 		name := fmt.Sprintf("%d users at once, %s", n, s.config)
 		first := len(r.rows)
 		r.pair(name, &s.t, &direct, base, "")
-		r.rows = append(r.rows, row(name+": batch wall", "ms", ms(s.wall), base, ms(directWall),
-			"a batch's first send to its last verdict"))
+		r.rows = append(r.rows,
+			row(name+": batch wall", "ms", ms(s.wall), base, ms(directWall), "a batch's first send to its last verdict"),
+			row(name+": rounds a second", "rounds/s", rate(n, s.wall), base, rate(n, directWall), "a batch's rounds over its wall time"),
+			row(fmt.Sprintf("memory per live user, %s", s.config), "MiB", pss, "direct client's CLI", directPSS,
+				"proportional set size (PSS) of the user's app-server and every process under it (bubblewrap's), after the batches"))
 		for i := first; i < len(r.rows); i++ {
 			r.rows[i].Config = s.config
 		}
@@ -210,4 +241,32 @@ func (r *run) isolation(cfg actors.Config) (*isolate.Node, string) {
 		return nil, "the host gives " + node.Mode() + ", not uid+bwrap"
 	}
 	return node, ""
+}
+
+// rate is n rounds over each wall time, a second.
+func rate(n int, walls []time.Duration) []float64 {
+	out := make([]float64, len(walls))
+	for i, w := range walls {
+		out[i] = float64(n) / w.Seconds()
+	}
+	return out
+}
+
+// treePSS is the proportional set size of pid and every process under it,
+// in bytes.
+func treePSS(pid int) (float64, error) {
+	ids := append([]procs.ID{{PID: pid}}, procs.Host().Descendants(pid)...)
+	var sum float64
+	for _, id := range ids {
+		p, err := procfs.NewProc(id.PID)
+		if err != nil {
+			return 0, err
+		}
+		m, err := p.ProcSMapsRollup()
+		if err != nil {
+			return 0, fmt.Errorf("memory of pid %d: %w", id.PID, err)
+		}
+		sum += float64(m.Pss)
+	}
+	return sum, nil
 }

@@ -97,9 +97,10 @@ func TestBenchSmall(t *testing.T) {
 		}
 	}
 	for _, c := range configs {
-		for _, m := range []string{"send → first text", "send → verdict", "batch wall"} {
+		for _, m := range []string{"send → first text", "send → verdict", "batch wall", "rounds a second"} {
 			wantRows = append(wantRows, "2 users at once, "+c+": "+m)
 		}
+		wantRows = append(wantRows, "memory per live user, "+c)
 	}
 	var got []string
 	seen := map[string]bool{}
