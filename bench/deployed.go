@@ -145,6 +145,29 @@ func (r *run) deployed(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// Each live user's app-server (its tree: bubblewrap, the CLI) and
+	// each direct client's CLI, for their CPU over the batches and their
+	// memory after.
+	pids := make(map[*deployedSide][]int)
+	for _, s := range sides {
+		homes := r.daemonConfig(sideHomes[s.config]).Homes
+		for i := range n {
+			pid, err := livePID(homes, user(i))
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.config, err)
+			}
+			pids[s] = append(pids[s], pid)
+		}
+	}
+	directPIDs := make([]int, n)
+	for i, dc := range clients {
+		directPIDs[i] = dc.PID()
+	}
+	cpuBefore := make(map[*deployedSide][]float64)
+	for _, s := range sides {
+		cpuBefore[s] = treeCPUs(pids[s])
+	}
+	directCPUBefore := treeCPUs(directPIDs)
 	var direct timings
 	var directWall []time.Duration
 	turns := make([]func() error, 0, len(sides)+1)
@@ -178,30 +201,26 @@ func (r *run) deployed(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	perRound := func(before, after []float64) []float64 {
+		out := make([]float64, len(before))
+		for i := range before {
+			out[i] = (after[i] - before[i]) * 1000 / float64(r.opts.Batches)
+		}
+		return out
+	}
+	directCPU := perRound(directCPUBefore, treeCPUs(directPIDs))
 	// The memory of a live user: its app-server's whole process tree
 	// (bubblewrap's included), against a direct client's CLI.
-	var directPSS []float64
-	for _, dc := range clients {
-		m, err := treePSS(dc.PID())
-		if err != nil {
-			return err
-		}
-		directPSS = append(directPSS, m/(1<<20))
+	directPSS, err := treePSSes(directPIDs)
+	if err != nil {
+		return err
 	}
 	base := fmt.Sprintf("%d direct clients", n)
 	for _, s := range sides {
-		homes := r.daemonConfig(sideHomes[s.config]).Homes
-		var pss []float64
-		for i := range n {
-			pid, err := livePID(homes, user(i))
-			if err != nil {
-				return fmt.Errorf("%s: %w", s.config, err)
-			}
-			m, err := treePSS(pid)
-			if err != nil {
-				return fmt.Errorf("%s: %w", s.config, err)
-			}
-			pss = append(pss, m/(1<<20))
+		cpu := perRound(cpuBefore[s], treeCPUs(pids[s]))
+		pss, err := treePSSes(pids[s])
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.config, err)
 		}
 		name := fmt.Sprintf("%d users at once, %s", n, s.config)
 		first := len(r.rows)
@@ -209,6 +228,8 @@ func (r *run) deployed(ctx context.Context) (err error) {
 		r.rows = append(r.rows,
 			row(name+": batch wall", "ms", ms(s.wall), base, ms(directWall), "a batch's first send to its last verdict"),
 			row(name+": rounds a second", "rounds/s", rate(n, s.wall), base, rate(n, directWall), "a batch's rounds over its wall time"),
+			row(fmt.Sprintf("app-server CPU per round, %s", s.config), "ms", cpu, "direct client's CLI", directCPU,
+				"utime+stime of the user's app-server and every process under it over the batches, per round"),
 			row(fmt.Sprintf("memory per live user, %s", s.config), "MiB", pss, "direct client's CLI", directPSS,
 				"proportional set size (PSS) of the user's app-server and every process under it (bubblewrap's), after the batches"))
 		for i := first; i < len(r.rows); i++ {
@@ -250,6 +271,32 @@ func rate(n int, walls []time.Duration) []float64 {
 		out[i] = float64(n) / w.Seconds()
 	}
 	return out
+}
+
+// treeCPUs is the user and system CPU, in seconds, of each pid's process
+// and every process under it.
+func treeCPUs(pids []int) []float64 {
+	out := make([]float64, len(pids))
+	for i, pid := range pids {
+		out[i] = cpuTime(pid)
+		for _, id := range procs.Host().Descendants(pid) {
+			out[i] += cpuTime(id.PID)
+		}
+	}
+	return out
+}
+
+// treePSSes is treePSS of each pid, in MiB.
+func treePSSes(pids []int) ([]float64, error) {
+	out := make([]float64, len(pids))
+	for i, pid := range pids {
+		m, err := treePSS(pid)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = m / (1 << 20)
+	}
+	return out, nil
 }
 
 // treePSS is the proportional set size of pid and every process under it,

@@ -100,7 +100,7 @@ func TestBenchSmall(t *testing.T) {
 		for _, m := range []string{"send → first text", "send → verdict", "batch wall", "rounds a second"} {
 			wantRows = append(wantRows, "2 users at once, "+c+": "+m)
 		}
-		wantRows = append(wantRows, "memory per live user, "+c)
+		wantRows = append(wantRows, "app-server CPU per round, "+c, "memory per live user, "+c)
 	}
 	var got []string
 	seen := map[string]bool{}
