@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/procs"
@@ -53,9 +54,17 @@ func (r *run) deployed(ctx context.Context) (err error) {
 	if err := errors.Join(os.Chmod(r.opts.Dir, 0o711), os.Chmod(r.workspace, 0o755)); err != nil {
 		return err
 	}
+	// Isolation off as serve has it (--uid-range off --bwrap off
+	// --allow-shared-uid): each CLI's HOME is its user's home.
 	off := r.daemonConfig(sideHomes[ConfigIsoOff])
+	shared, err := isolate.New(isolate.Options{Homes: off.Homes, Workspace: off.Workspace, AllowShared: true})
+	if err != nil {
+		return err
+	}
+	offDeps := quiet()
+	offDeps.Isolation = shared
 	sides := []*deployedSide{{config: ConfigIsoOff}}
-	d, c, err := r.startDaemon(off, quiet())
+	d, c, err := r.startDaemon(off, offDeps)
 	if err != nil {
 		return err
 	}
@@ -128,7 +137,9 @@ func (r *run) deployed(ctx context.Context) (err error) {
 	}()
 	cfgs := make([]DirectConfig, n)
 	for i := range cfgs {
-		cfgs[i] = r.directConfig()
+		if cfgs[i], err = r.ownDirectConfig(); err != nil {
+			return err
+		}
 	}
 	err = parallel(n, func(i int) error {
 		dc, err := StartDirect(ctx, cfgs[i])
@@ -316,4 +327,16 @@ func treePSS(pid int) (float64, error) {
 		sum += float64(m.Pss)
 	}
 	return sum, nil
+}
+
+// ownDirectConfig is a direct client's configuration with a HOME, a
+// TMPDIR and a session of its own, as each isolated CLI has (its home, a
+// private /var/tmp, bubblewrap's --new-session): the deployed rows'
+// baseline.
+func (r *run) ownDirectConfig() (DirectConfig, error) {
+	c := r.directConfig()
+	c.OwnSession = true
+	tmp := c.Home + "-tmp"
+	c.Env = codexproc.AllowedEnv(os.Environ(), append(append([]string{}, r.env...), "HOME="+c.Home, "TMPDIR="+tmp))
+	return c, os.MkdirAll(tmp, 0o700)
 }

@@ -30,6 +30,11 @@ type DirectConfig struct {
 	// ThreadConfig, when set, is the config overlay of thread/start and
 	// thread/resume.
 	ThreadConfig map[string]any
+	// OwnSession starts the CLI in a session of its own, as bubblewrap
+	// (--new-session) starts a sandboxed one: where the kernel groups
+	// processes by session for the scheduler (autogroup), it then gets
+	// its own share of the CPU, not a share of the bench's.
+	OwnSession bool
 }
 
 // Direct is a minimal stdio client of `codex app-server`: what a user
@@ -70,6 +75,9 @@ func StartDirect(ctx context.Context, cfg DirectConfig) (*Direct, error) {
 	cmd.Dir = cfg.Dir
 	cmd.Env = append(append([]string(nil), cfg.Env...), "CODEX_HOME="+cfg.Home)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if cfg.OwnSession {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
 	cmd.Stderr = io.Discard
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
