@@ -8,38 +8,81 @@ import (
 	"time"
 
 	"github.com/lmittmann/tint"
+	"golang.org/x/sys/unix"
+
+	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // newLogger builds the daemon's logger: tint on a terminal, JSON otherwise,
-// unless format says which. The level is a LevelVar, so SIGHUP can change
-// it. In JSON, durations are seconds (a float), as Prometheus and log
-// pipelines expect, not Go's integer nanoseconds.
+// unless format says which; colour only on a terminal, whatever the
+// format. The level is a LevelVar, so SIGHUP can change it. Both formats
+// pass every attribute through logAttr: durations in Go's form, users in
+// PIDs by their tag.
 func newLogger(w io.Writer, format, level string) (*slog.Logger, *slog.LevelVar, error) {
 	lv := &slog.LevelVar{}
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
+	tty := isTerminal(w)
 	if format == "auto" {
 		format = "json"
-		if f, ok := w.(*os.File); ok {
-			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-				format = "text"
-			}
+		if tty {
+			format = "text"
 		}
 	}
 	switch format {
 	case "text":
-		return slog.New(tint.NewTextHandler(w, &tint.Options{Level: lv, TimeFormat: time.TimeOnly})), lv, nil
+		return slog.New(tint.NewTextHandler(w, &tint.Options{Level: lv, TimeFormat: time.TimeOnly, NoColor: !tty, ReplaceAttr: logAttr})), lv, nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv, ReplaceAttr: secondsAttr})), lv, nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv, ReplaceAttr: logAttr})), lv, nil
 	}
 	return nil, nil, fmt.Errorf("--log-format %q: want auto, text or json", format)
 }
 
-// secondsAttr writes a duration as seconds.
-func secondsAttr(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
-		a.Value = slog.Float64Value(a.Value.Duration().Seconds())
+// isTerminal reports whether w is a terminal: a file whose descriptor
+// answers the terminal ioctl (what golang.org/x/term asks). A character
+// device is not enough: /dev/null is one.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// logAttr is the ReplaceAttr of both log formats.
+//
+// A duration is written in Go's form ("30s", "1.503s", "250ms"), rounded
+// to the millisecond from a millisecond up: the unit is in the value, it
+// reads the same in text and JSON, and it is the syntax of the duration
+// flags and of `supervisor config`, so a setting and the log line about it
+// compare as they are. (Pipelines parse it: Go's time.ParseDuration, Loki's
+// duration(), Vector's parse_duration.)
+//
+// A PID (hollywood's lifecycle lines, a panic's actor, a sender), or a
+// string quoting one, names its user by the user's tag, as every other
+// line does (actors.HashUserInPID).
+func logAttr(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindDuration:
+		a.Value = slog.StringValue(formatDuration(a.Value.Duration()))
+	case slog.KindString:
+		a.Value = slog.StringValue(actors.HashUserInPID(a.Value.String()))
+	case slog.KindAny:
+		if pid, ok := a.Value.Any().(*actor.PID); ok && pid != nil {
+			a.Value = slog.StringValue(actors.HashUserInPID(pid.String()))
+		}
 	}
 	return a
+}
+
+// formatDuration is d in Go's form, rounded to the millisecond unless it
+// is shorter than one.
+func formatDuration(d time.Duration) string {
+	if d >= time.Millisecond || d <= -time.Millisecond {
+		d = d.Round(time.Millisecond)
+	}
+	return d.String()
 }
