@@ -36,7 +36,7 @@ func TestLogNoColourOffTerminal(t *testing.T) {
 		if _, err := c.w.Seek(0, 0); err == nil {
 			_ = c.w.Truncate(0)
 		}
-		log, _, err := newLogger(c.w, c.format, "debug")
+		log, _, err := newLogger(c.w, c.format, "debug", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,11 +73,11 @@ func readAll(f *os.File) ([]byte, error) {
 // millisecond, the unit in the value.
 func TestLogDurations(t *testing.T) {
 	var js, text bytes.Buffer
-	jl, _, err := newLogger(&js, "json", "info")
+	jl, _, err := newLogger(&js, "json", "info", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tl, _, err := newLogger(&text, "text", "info")
+	tl, _, err := newLogger(&text, "text", "info", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,27 +102,35 @@ func TestLogDurations(t *testing.T) {
 	}
 }
 
-// PIDs name their user by its tag, in both formats and at every level:
-// hollywood's lifecycle lines (debug) log the *actor.PID, its
-// max-restarts line the PID's ID as a string.
+// PIDs and paths under the homes name their user by its tag, in both
+// formats and at every level: hollywood's lifecycle lines (debug) log the
+// *actor.PID, its max-restarts line the PID's ID as a string; codex's
+// stderr and errors quote CODEX_HOME.
 func TestLogPIDsNameUsersByTag(t *testing.T) {
 	const user = "alice@example.com"
 	tag := messages.UserTag(user)
 	pid := actor.NewPID("127.0.0.1:4100", "meshweaver/root/user/"+user+"/codex/main")
 	for _, format := range []string{"json", "text"} {
 		var buf bytes.Buffer
-		l, _, err := newLogger(&buf, format, "debug")
+		l, _, err := newLogger(&buf, format, "debug", "/srv/homes")
 		if err != nil {
 			t.Fatal(err)
 		}
 		l.Debug("Actor started", "pid", pid)
 		l.Error("Actor crashed too many times", "pid", pid.GetID())
 		l.Debug("a user's line", "user", tag, "n", 3)
+		l.Debug("codex stderr", "line", "WARN failed to read /srv/homes/"+user+"/.codex/config.toml: gone")
+		l.Warn("codex app-server died", "err", "exit 1: open /srv/homes/"+user+"/meshweaver/key: denied, /srv/homes/"+user+" (mode 0700); /srv/homes/.supervisor.lock")
 		if strings.Contains(buf.String(), user) {
 			t.Errorf("%s: the log names the user raw:\n%s", format, buf.String())
 		}
 		if n := strings.Count(buf.String(), "meshweaver/root/user/"+tag+"/codex/main"); n != 2 {
 			t.Errorf("%s: %d PIDs with the user's tag, want 2:\n%s", format, n, buf.String())
+		}
+		for _, want := range []string{"/srv/homes/" + tag + "/.codex/config.toml", "/srv/homes/" + tag + "/meshweaver/key", "/srv/homes/" + tag + " (mode", "/srv/homes/.supervisor.lock"} {
+			if !strings.Contains(buf.String(), want) {
+				t.Errorf("%s: the log lacks %s:\n%s", format, want, buf.String())
+			}
 		}
 	}
 }

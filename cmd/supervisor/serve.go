@@ -208,7 +208,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	log, level, err := newLogger(stderr, o.logFormat, o.logLevel)
+	log, level, err := newLogger(stderr, o.logFormat, o.logLevel, o.homes)
 	if err != nil {
 		return err
 	}
@@ -397,7 +397,7 @@ func loadServeOptions(args []string, lookup func(string) (string, bool), stderr 
 	if err := o.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if _, _, err := newLogger(io.Discard, o.logFormat, o.logLevel); err != nil {
+	if _, _, err := newLogger(io.Discard, o.logFormat, o.logLevel, ""); err != nil {
 		errs = append(errs, err)
 	}
 	if !o.op.demoModel || o.codex != "" {
