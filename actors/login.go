@@ -329,9 +329,23 @@ func (a *loginActor) accountAnswered(requester *actor.PID, raw json.RawMessage, 
 		resp.RequiresOpenAIAuth = res.RequiresOpenAIAuth
 		if res.Account != nil {
 			resp.Type, resp.Email, resp.PlanType = res.Account.Type, res.Account.Email, res.Account.PlanType
+		} else if a.hasAPIKey() {
+			// codex answers account:null for a provider that does not
+			// require OpenAI auth, even with a key in auth.json (recorded
+			// with 0.169.0); the user is logged in with the stored key.
+			resp.Type = codexproto.LoginAPIKey
 		}
 	}
 	a.reply(requester, resp)
+}
+
+// hasAPIKey reports whether the user has a stored API key.
+func (a *loginActor) hasAPIKey() bool {
+	_, ok, err := a.creds.APIKey()
+	if err != nil {
+		a.log.Error("reading the stored API key", "err", err)
+	}
+	return ok && err == nil
 }
 
 // rateLimits answers a RateLimitsRequest from account/rateLimits/read:

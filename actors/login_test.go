@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -819,5 +820,28 @@ func TestAccountWithoutLoginMockProvider(t *testing.T) {
 	acct := expect[messages.AccountResponse](t, c)
 	if acct.Error != "" || acct.Type != "" || acct.RequiresOpenAIAuth {
 		t.Errorf("AccountResponse = %+v", acct)
+	}
+}
+
+// account/read says account:null after an API-key login when the provider
+// does not require OpenAI auth (the mock's, as recorded with the real CLI):
+// the daemon reports the stored key as an apiKey account, and nothing once
+// the user logged out.
+func TestAccountAPIKeyMockProvider(t *testing.T) {
+	h := newLoginHarness(t, fakeissuer.Options{}, nil)
+	c := h.caller()
+	h.send(c, messages.SetAPIKey{User: "alice", APIKey: randomKey(t)})
+	if m := expect[messages.APIKeyStored](t, c); m.User != "alice" {
+		t.Fatalf("SetAPIKey answered %+v", m)
+	}
+	h.send(c, messages.AccountRequest{User: "alice"})
+	if acct := expect[messages.AccountResponse](t, c); acct.Error != "" || acct.Type != codexproto.LoginAPIKey {
+		t.Errorf("AccountResponse after SetAPIKey = %+v, want type apiKey", acct)
+	}
+	h.send(c, messages.Logout{User: "alice"})
+	expect[messages.LoggedOut](t, c)
+	h.send(c, messages.AccountRequest{User: "alice"})
+	if acct := expect[messages.AccountResponse](t, c); acct.Error != "" || acct.Type != "" {
+		t.Errorf("AccountResponse after logout = %+v, want no account", acct)
 	}
 }

@@ -1,25 +1,21 @@
 package actors
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/meshweaver/supervisor/messages"
 )
 
 // Version is the daemon's version, sent as clientInfo.version.
 const Version = "0.1.0"
 
-// userTag is a stable short hash of a user id: logs name users by it, never
-// by the raw id.
-func userTag(user string) string {
-	sum := sha256.Sum256([]byte("user:" + user))
-	return "u-" + hex.EncodeToString(sum[:4])
-}
+// userTag is messages.UserTag: logs name users by it, never by the raw id.
+func userTag(user string) string { return messages.UserTag(user) }
 
 // environ is the daemon's environment, filtered by codexproc.AllowedEnv
 // before any child sees it.

@@ -44,7 +44,7 @@ func guard(log *slog.Logger, onPanic func(c *actor.Context, v any)) actor.Middle
 		return func(c *actor.Context) {
 			defer func() {
 				if v := recover(); v != nil {
-					log.Error("actor panicked; contained", "pid", c.PID().String(),
+					log.Error("actor panicked; contained", "pid", HashUserInPID(c.PID().String()),
 						"msg", fmt.Sprintf("%T", c.Message()), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 					c.Engine().BroadcastEvent(PanicContained{PID: c.PID().String()})
 					if onPanic != nil {

@@ -3,8 +3,6 @@ package mcpfront
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/meshweaver/supervisor/messages"
 )
 
 // Key names what a front URL stands for: one mesh thread of one user.
@@ -347,9 +347,6 @@ func (f *Front) fail(w http.ResponseWriter, r *http.Request, key Key, host strin
 	http.Error(w, msg+" ("+strconv.Itoa(status)+")", status)
 }
 
-// userTag names a user in logs as the daemon's actors do (a short stable
-// hash), never by the raw id.
-func userTag(user string) string {
-	sum := sha256.Sum256([]byte("user:" + user))
-	return "u-" + hex.EncodeToString(sum[:4])
-}
+// userTag names a user in logs as the daemon's actors do
+// (messages.UserTag), never by the raw id.
+func userTag(user string) string { return messages.UserTag(user) }

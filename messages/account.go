@@ -81,7 +81,8 @@ type AccountRequest struct {
 }
 
 // AccountResponse answers an [AccountRequest]. Type is codex's account type
-// ("apiKey" or "chatgpt"), empty if not logged in; Email and PlanType are
+// ("apiKey" or "chatgpt"), empty if not logged in ("apiKey" too when codex
+// reports no account but the user has a stored API key); Email and PlanType are
 // set for ChatGPT accounts. RequiresOpenAIAuth reports that codex needs an
 // OpenAI login before it can run rounds. Error says why the account could
 // not be read; the other fields are then empty.

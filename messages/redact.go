@@ -1,6 +1,8 @@
 package messages
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -30,11 +32,12 @@ func (m StartRound) String() string {
 // GoString makes %#v print the redacted form of String.
 func (m StartRound) GoString() string { return "messages." + m.String() }
 
-// LogValue describes m for slog, with the redactions of String.
+// LogValue describes m for slog, with the redactions of String; the user
+// is named by its [UserTag], as every log line names users.
 func (m StartRound) LogValue() slog.Value {
 	attrs := []slog.Attr{
 		slog.String("round_id", m.RoundID),
-		slog.String("user", m.User),
+		slog.String("user", UserTag(m.User)),
 		slog.String("thread", m.Thread),
 		slog.Int("text_bytes", len(m.Text)),
 		slog.String("client_message_id", m.ClientMessageID),
@@ -65,9 +68,10 @@ func (m WarmUp) String() string {
 // GoString makes %#v print the redacted form of String.
 func (m WarmUp) GoString() string { return "messages." + m.String() }
 
-// LogValue describes m for slog, with the redactions of String.
+// LogValue describes m for slog, with the redactions of String and the
+// user's [UserTag].
 func (m WarmUp) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("user", m.User), slog.String("thread", m.Thread),
+	return slog.GroupValue(slog.String("user", UserTag(m.User)), slog.String("thread", m.Thread),
 		slog.Int("developer_instructions_bytes", len(m.DeveloperInstructions)),
 		slog.String("mcp_url", safeURL(m.MCPURL)), slog.String("mcp_token", secretString(m.MCPToken)))
 }
@@ -80,9 +84,18 @@ func (m SetAPIKey) String() string {
 // GoString makes %#v print the redacted form of String.
 func (m SetAPIKey) GoString() string { return "messages." + m.String() }
 
-// LogValue describes m for slog, with APIKey redacted.
+// LogValue describes m for slog, with APIKey redacted and the user's
+// [UserTag].
 func (m SetAPIKey) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("user", m.User), slog.String("api_key", secretString(m.APIKey)))
+	return slog.GroupValue(slog.String("user", UserTag(m.User)), slog.String("api_key", secretString(m.APIKey)))
+}
+
+// UserTag is a stable short hash of a user id, "u-" and the first 4 bytes
+// of SHA-256 of "user:"+user in hex: logs name users by it, never by the
+// raw id, at every level. (docs/OPERATIONS.md shows how to compute it.)
+func UserTag(user string) string {
+	sum := sha256.Sum256([]byte("user:" + user))
+	return "u-" + hex.EncodeToString(sum[:4])
 }
 
 // secretString shows whether a secret is set, never its value.

@@ -53,10 +53,17 @@ func TestRedaction(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	slog.New(slog.NewJSONHandler(&buf, nil)).Info("msg", "round", round)
-	for _, want := range []string{`"user":"u1"`, `"text_bytes":11`, `"mcp_token":"<redacted>"`, `"mcp_url":"https://mesh.example/mcp"`, `"history_turns":1`} {
+	for _, want := range []string{`"user":"` + UserTag("u1") + `"`, `"text_bytes":11`, `"mcp_token":"<redacted>"`, `"mcp_url":"https://mesh.example/mcp"`, `"history_turns":1`} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("slog JSON %s lacks %s", buf.String(), want)
 		}
+	}
+	if strings.Contains(buf.String(), `"u1"`) {
+		t.Errorf("slog JSON %s names the user raw", buf.String())
+	}
+	// printf 'user:%s' alice | sha256sum | cut -c1-8, as docs/OPERATIONS.md shows.
+	if got, want := UserTag("alice"), "u-dabd1db8"; got != want {
+		t.Errorf("UserTag(alice) = %q, want %q", got, want)
 	}
 	if got := (StartRound{MCPURL: "::bad"}).String(); !strings.Contains(got, `MCPURL:"<invalid URL>"`) {
 		t.Errorf("String() with bad URL = %s", got)

@@ -117,7 +117,7 @@ func testAccountCommands(t *testing.T, mode string) {
 	if code, out, eo := cli(ctx, key+"\n", "login", addr, "--user=cid", "--api-key-stdin"); code != 0 || strings.Contains(out+eo, key) {
 		t.Errorf("login --api-key-stdin: exit %d, %q %q", code, out, eo)
 	}
-	if code, out, eo := cli(ctx, "", "account", addr, "--user=cid"); code != 0 || !strings.Contains(out, "apiKey account") {
+	if code, out, eo := cli(ctx, "", "account", addr, "--user=cid"); code != 0 || out != "logged in with an API key (apiKey account)\n" {
 		t.Errorf("account with an API key: exit %d, %q %q", code, out, eo)
 	}
 	if mode != "" {

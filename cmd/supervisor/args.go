@@ -19,6 +19,15 @@ import (
 // reports every mistake at once. The flags stay defined the stdlib way
 // (fs.StringVar and friends), so help, defaults and flagsFromEnv keep
 // working, and so does any flag another branch adds.
+//
+// Why not github.com/peterbourgon/ff (v3.4.0 is what the module proxy here
+// serves; v4 is not): ff.Parse calls fs.Parse, so it has both faults above;
+// it stops at the first bad environment variable or file line; its plain
+// config parser splits on the first space only, so the documented
+// "name = value" and "name=value" lines would break, and it cuts values at
+// " #"; it reports no line numbers and does not say where a value came
+// from, which `supervisor config` prints. It would replace flagsFromEnv and
+// configFromReader (about 70 lines) at the cost of those behaviours.
 
 // argsPolicy says what a command does with words that are not flags.
 type argsPolicy int

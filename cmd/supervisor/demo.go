@@ -78,7 +78,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer model.Close()
-	log, _, err := newLogger(stderr, "auto", *logLevel)
+	log, _, err := newLogger(stderr, "auto", *logLevel, homes)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/go-units"
 
 	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/contain"
 	"github.com/meshweaver/supervisor/messages"
 )
@@ -169,6 +170,8 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 		switch {
 		case m.Type == "":
 			fmt.Fprintf(stdout, "not logged in (requires OpenAI auth: %v)\n", m.RequiresOpenAIAuth)
+		case m.Type == codexproto.LoginAPIKey:
+			fmt.Fprintln(stdout, "logged in with an API key (apiKey account)")
 		case m.Email != "":
 			fmt.Fprintf(stdout, "%s account %s, plan %s\n", m.Type, m.Email, m.PlanType)
 		default:

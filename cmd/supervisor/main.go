@@ -30,6 +30,7 @@ const usage = `usage: supervisor <command> [flags]
 
 commands:
   serve       run the daemon
+  config      print the settings serve would run with, and where each came from
   demo        run the daemon against an embedded demo model and chat with it
   round       send one chat round to a daemon and stream its answer
   interrupt   interrupt the running round of a mesh thread
@@ -85,6 +86,8 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	switch args[0] {
 	case "serve":
 		err = serve(ctx, args[1:], stdout, stderr)
+	case "config":
+		err = configCmd(args[1:], os.LookupEnv, stdout, stderr)
 	case "demo":
 		err = demo(ctx, args[1:], stdout, stderr)
 	case "round":

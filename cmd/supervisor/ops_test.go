@@ -1003,21 +1003,44 @@ func TestDrainOnSIGTERM(t *testing.T) {
 		t.Errorf("serve took %v to stop, more than --stop-timeout %v and a margin", took, stopTimeout)
 	}
 	waitNoCodex(t, bin, homes)
-	// Rounds log their start and their end with its duration, in seconds.
+	// Rounds log their start and their end with its duration, in Go's form.
 	if n := srv.count(func(rec map[string]any) bool { return rec["msg"] == "round started" }); n != 2 {
 		t.Errorf("%d \"round started\" lines, want 2 (slow and hang; the queued one never started)", n)
 	}
 	if fin, ok := srv.find(func(rec map[string]any) bool { return rec["msg"] == "round finished" && rec["status"] == "completed" }); !ok {
 		t.Error("no \"round finished\" line for the completed round")
-	} else if d, _ := fin["duration"].(float64); d < 1 || d > 60 {
-		t.Errorf("round finished with duration %v, want the ~1.5 s of the round in seconds", fin["duration"])
+	} else if s, _ := fin["duration"].(string); !opsDurationIn(s, time.Second, time.Minute) {
+		t.Errorf("round finished with duration %#v, want the ~1.5 s of the round as a Go duration", fin["duration"])
 	}
-	if rec, ok := srv.find(func(rec map[string]any) bool { return rec["msg"] == "stopping" }); !ok || rec["timeout"] != stopTimeout.Seconds() {
-		t.Errorf("the stopping line %v, want timeout %v (seconds)", rec, stopTimeout.Seconds())
+	if rec, ok := srv.find(func(rec map[string]any) bool { return rec["msg"] == "stopping" }); !ok || rec["timeout"] != "9s" {
+		t.Errorf("the stopping line %v, want timeout \"9s\"", rec)
+	}
+	// A log on a pipe has no colour; at debug, users are named by their
+	// tag only, hollywood's lifecycle lines (PIDs) included.
+	logs := srv.logs.String()
+	if strings.Contains(logs, "\x1b") {
+		t.Error("serve's log on a pipe holds ESC bytes")
+	}
+	if !strings.Contains(logs, `"msg":"Actor started"`) {
+		t.Error("serve's debug log has no hollywood lifecycle line")
+	}
+	for _, user := range []string{"drain-alice", "drain-bob", "drain-carol"} {
+		if strings.Contains(logs, user) {
+			t.Errorf("serve's debug log names %s raw", user)
+		}
+		if user != "drain-carol" && !strings.Contains(logs, messages.UserTag(user)) { // carol's round was refused unlogged
+			t.Errorf("serve's debug log never names %s by its tag %s", user, messages.UserTag(user))
+		}
 	}
 	for _, want := range []string{`"msg":"stopping"`, `"msg":"stopped"`, "rounds still running at the drain deadline"} {
 		if !strings.Contains(srv.logs.String(), want) {
 			t.Errorf("serve's log lacks %s", want)
 		}
 	}
+}
+
+// opsDurationIn reports whether s is a Go duration within [lo, hi].
+func opsDurationIn(s string, lo, hi time.Duration) bool {
+	d, err := time.ParseDuration(s)
+	return err == nil && d >= lo && d <= hi
 }

@@ -215,7 +215,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	log, level, err := newLogger(stderr, o.logFormat, o.logLevel)
+	log, level, err := newLogger(stderr, o.logFormat, o.logLevel, o.homes)
 	if err != nil {
 		return err
 	}
@@ -397,28 +397,14 @@ func loadServeOptions(args []string, lookup func(string) (string, bool), stderr 
 		fmt.Fprintf(fs.Output(), "usage: supervisor serve [flags]\n\nEvery flag can also be set in the environment as SUPERVISOR_<NAME>\n(upper case, dashes as underscores) or in the --config file (one\n\"name value\" a line). The command line wins over the environment, the\nenvironment over the file. Repeatable flags take a comma-separated list\nin the environment. --check validates everything and exits: 0 when\nvalid, 2 with every problem listed.\n\n")
 		fs.PrintDefaults()
 	}
-	_, parseErrs, err := scanArgs(fs, args, noArgs)
+	_, errs, err := readServeSettings(fs, o, args, lookup)
 	if err != nil {
 		return nil, err
-	}
-	var errs []error
-	for _, e := range parseErrs {
-		errs = append(errs, errors.New(e))
-	}
-	if err := flagsFromEnv(fs, lookup); err != nil {
-		errs = append(errs, err)
-	}
-	if o.op.config != "" {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if err := configFromFile(fs, o.op.config, set); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	if err := o.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if _, _, err := newLogger(io.Discard, o.logFormat, o.logLevel); err != nil {
+	if _, _, err := newLogger(io.Discard, o.logFormat, o.logLevel, ""); err != nil {
 		errs = append(errs, err)
 	}
 	if !o.op.demoModel || o.codex != "" {
@@ -439,6 +425,44 @@ func loadServeOptions(args []string, lookup func(string) (string, bool), stderr 
 		return nil, errUsage
 	}
 	return o, nil
+}
+
+// readServeSettings sets serve's flags (fs, registered by serveFlags into
+// o) from args, then the environment, then o's --config file, each source
+// filling only what the ones before left unset. It returns where each set
+// flag came from ("flag", the variable's name, "file PATH"; a flag not in
+// the map has its default) and every mistake; err is flag.ErrHelp for -h.
+func readServeSettings(fs *flag.FlagSet, o *serveOptions, args []string, lookup func(string) (string, bool)) (map[string]string, []error, error) {
+	_, parseErrs, err := scanArgs(fs, args, noArgs)
+	if err != nil {
+		return nil, nil, err
+	}
+	var errs []error
+	for _, e := range parseErrs {
+		errs = append(errs, errors.New(e))
+	}
+	src := map[string]string{}
+	mark := func(source func(name string) string) {
+		fs.Visit(func(f *flag.Flag) {
+			if _, ok := src[f.Name]; !ok {
+				src[f.Name] = source(f.Name)
+			}
+		})
+	}
+	mark(func(string) string { return "flag" })
+	if err := flagsFromEnv(fs, lookup); err != nil {
+		errs = append(errs, err)
+	}
+	mark(envKey)
+	if o.op.config != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if err := configFromFile(fs, o.op.config, set); err != nil {
+			errs = append(errs, err)
+		}
+		mark(func(string) string { return "file " + o.op.config })
+	}
+	return src, errs, nil
 }
 
 // warnInsecure logs, at every start, each setting that lets callers act
@@ -464,7 +488,7 @@ func flagsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 		if given[f.Name] {
 			return
 		}
-		key := "SUPERVISOR_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		key := envKey(f.Name)
 		v, ok := lookup(key)
 		if !ok {
 			return
@@ -480,6 +504,11 @@ func flagsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// envKey is the variable that sets flag name: SUPERVISOR_<NAME>.
+func envKey(name string) string {
+	return "SUPERVISOR_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // splitList splits a comma-separated flag, dropping empty entries.
