@@ -475,6 +475,13 @@ func (o *serveOptions) warnInsecure(log *slog.Logger, guard *listenerGuard) {
 	case !o.tls.enabled():
 		log.Warn("plaintext remote on loopback: callers are unauthenticated; every local process may act for every user (development only)", "listen", o.listen)
 	}
+	if gw := o.callers.gatewayListen; gw != "" && !o.tls.enabled() {
+		if isLoopback(gw) {
+			log.Warn("plaintext gateway on loopback: callers are unauthenticated; every local process may act for every user (development only)", "listen", gw)
+		} else {
+			log.Warn("plaintext gateway on a non-loopback address (--allow-plaintext): callers are unauthenticated and anyone who reaches the port may act for every user", "listen", gw)
+		}
+	}
 }
 
 // flagsFromEnv sets every flag not given on the command line from
