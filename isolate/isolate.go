@@ -106,6 +106,13 @@ func New(opts Options) (*Node, error) {
 	return &Node{opts: opts, cli: map[string]string{}}, nil
 }
 
+// UIDs is the range the users' app-servers run as; empty when the node
+// does not switch uids (every app-server runs as the daemon's uid).
+func (n *Node) UIDs() Range { return n.opts.UIDs }
+
+// Has reports whether uid is in the range.
+func (r Range) Has(uid uint32) bool { return r.has(uid) }
+
 // Mode names what separates users: "uid+bwrap", "uid", "bwrap" or
 // "shared" (nothing: one uid, one view of the files).
 func (n *Node) Mode() string {

@@ -52,6 +52,14 @@ func TestCheckProbesARound(t *testing.T) {
 	if asRoot && !strings.Contains(stdout, "as uid 299999") {
 		t.Errorf("serve --check as root did not probe as a user uid: %q", stdout)
 	}
+	// What the users' agents can reach: as root their uids are refused;
+	// otherwise each plaintext listener is named.
+	if want := "the users' uids (200000-299999) are refused on the daemon's listeners: remote 127.0.0.1:4100, metrics 127.0.0.1:4101"; asRoot && !strings.Contains(stdout, want) {
+		t.Errorf("serve --check as root: %q lacks %q", stdout, want)
+	}
+	if want := "warning: a user's agent can reach these listeners without authentication: remote 127.0.0.1:4100, metrics 127.0.0.1:4101"; !asRoot && !strings.Contains(stdout, want) {
+		t.Errorf("serve --check: %q lacks %q", stdout, want)
+	}
 	leftNothing("valid")
 
 	// A workspace the users may pass through but not read: the path

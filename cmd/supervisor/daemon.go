@@ -42,6 +42,9 @@ type edgeOptions struct {
 	replyBurst int
 	// limits are the transport's (zero fields: its defaults).
 	limits remote.Limits
+	// listener wraps the remote's TCP listener (nil: none), as the
+	// listener guard does.
+	listener func(net.Listener) net.Listener
 }
 
 // startDaemon listens on listen and spawns the actor tree, behind the edge
@@ -84,7 +87,11 @@ func startDaemonEdge(listen string, tlsConf *tls.Config, cfg actors.Config, deps
 		},
 	})
 	e, rem, err := newRemoteEngine(listen, tlsConf, func(rc remote.Config) remote.Config {
-		return rc.WithGate(gate.Remote()).WithOnRefuse(gate.OnRefuse).WithLimits(eo.limits)
+		rc = rc.WithGate(gate.Remote()).WithOnRefuse(gate.OnRefuse).WithLimits(eo.limits)
+		if eo.listener != nil {
+			rc = rc.WithListener(eo.listener)
+		}
+		return rc
 	})
 	if err != nil {
 		return nil, nil, err

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
@@ -48,11 +47,11 @@ func (o *callerOptions) validate(tlsOn, allowPlaintext bool) []error {
 // addGateway listens on --gateway-listen and serves the gateway in g. It
 // is added after the daemon: its streams stay open while the daemon
 // drains, so that they carry the last verdicts, and close after.
-func (o *callerOptions) addGateway(g *run.Group, d *daemon, gate *edge.Gate, tlsConf *tls.Config, reg prometheus.Registerer, log *slog.Logger) error {
+func (o *callerOptions) addGateway(g *run.Group, d *daemon, gate *edge.Gate, tlsConf *tls.Config, guard *listenerGuard, reg prometheus.Registerer, log *slog.Logger) error {
 	if o.gatewayListen == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", o.gatewayListen)
+	ln, err := guard.listen("gateway", o.gatewayListen)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}

@@ -70,6 +70,12 @@ func startOps(addr string, reg *prometheus.Registry, log *slog.Logger) (*opsServ
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
+	return startOpsOn(ln, reg, log), nil
+}
+
+// startOpsOn serves /metrics, /healthz and /readyz on ln (serve's: behind
+// the listener guard).
+func startOpsOn(ln net.Listener, reg *prometheus.Registry, log *slog.Logger) *opsServer {
 	o := &opsServer{ln: ln, done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -93,7 +99,7 @@ func startOps(addr string, reg *prometheus.Registry, log *slog.Logger) (*opsServ
 			log.Error("metrics server", "err", err)
 		}
 	}()
-	return o, nil
+	return o
 }
 
 func (o *opsServer) Addr() string { return o.ln.Addr().String() }

@@ -207,6 +207,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "supervisor serve: %s\n", ran)
 		fmt.Fprintf(stdout, "supervisor serve: user limits enforced here: %s\n", describeEnforced(rep))
+		var uids isolate.Range
+		if o.isolation.switchesUIDs() {
+			uids, _ = isolate.ParseRange(o.isolation.uidRange)
+		}
+		kept, open := o.reach(newListenerGuard(uids, nil, nil))
+		for _, s := range kept {
+			fmt.Fprintf(stdout, "supervisor serve: %s\n", s)
+		}
+		for _, s := range open {
+			fmt.Fprintf(stdout, "supervisor serve: warning: %s\n", s)
+		}
 		fmt.Fprintln(stdout, "supervisor serve: the settings are valid")
 		return nil
 	}
@@ -279,6 +290,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reg.MustRegister(bi.gauge())
 	metrics := actors.NewMetrics(reg)
 	presetRejectReasons(metrics)
+	// The users' uids are refused on every listener opened from here on.
+	guard := newListenerGuard(iso.UIDs(), reg, log)
 	var placement actors.Placement
 	if o.cluster.enabled() { // Membership first: the root asks it about every user.
 		rt, err := startCluster(ctx, &o.cluster, clusterTLS(o.tls), o.listen, stderr, log)
@@ -305,7 +318,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Logger: log, Metrics: metrics, Placement: placement, Isolation: iso, Contain: cgroups, Disk: disk,
 	}, edgeOptions{
 		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
-		limits: remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
+		limits:   remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
+		listener: guard.wrap("remote"),
 	})
 	if err != nil {
 		return err
@@ -316,17 +330,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "supervisor_remote_peers", Help: "Peers whose rate limiters the edge keeps (bounded; idle ones are dropped first).",
 	}, func() float64 { return float64(gate.Peers()) }))
-	o.warnInsecure(log) // before "supervisor serving", which tests wait on
+	o.warnInsecure(log, guard) // before "supervisor serving", which tests wait on
 	log.Info("supervisor serving", "listen", o.listen, "tls", tlsConf != nil, "authz", o.authz, "codex", bin, "homes", o.homes,
 		"version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion, "codex_pinned", bi.Codex)
 
 	var g run.Group
 	if o.metricsListen != "" { // Metrics and health: first up, last down.
-		ops, err := startOps(o.metricsListen, reg, log)
+		ln, err := guard.listen("metrics", o.metricsListen)
 		if err != nil {
 			_ = d.stop(o.stopTimeout)
-			return err
+			return fmt.Errorf("metrics listener: %w", err)
 		}
+		ops := startOpsOn(ln, reg, log)
 		ops.warning = iso.Warning()
 		ops.ready.Store(true)
 		log.Info("metrics serving", "listen", ops.Addr())
@@ -368,7 +383,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			close(stopped)
 		})
 	}
-	if err := o.callers.addGateway(&g, d, gate, tlsConf, reg, log); err != nil {
+	if err := o.callers.addGateway(&g, d, gate, tlsConf, guard, reg, log); err != nil {
 		_ = d.stop(o.stopTimeout)
 		return err
 	}
@@ -466,8 +481,16 @@ func readServeSettings(fs *flag.FlagSet, o *serveOptions, args []string, lookup 
 }
 
 // warnInsecure logs, at every start, each setting that lets callers act
-// for users without proof of who they are.
-func (o *serveOptions) warnInsecure(log *slog.Logger) {
+// for users without proof of who they are, and which listeners the users'
+// own agents can reach (reach).
+func (o *serveOptions) warnInsecure(log *slog.Logger, guard *listenerGuard) {
+	kept, open := o.reach(guard)
+	for _, s := range kept {
+		log.Info(s)
+	}
+	for _, s := range open {
+		log.Warn(s)
+	}
 	switch {
 	case o.tls.enabled() && o.authzAllowAny:
 		log.Warn("--authz-allow-any: every certificate of the CA may act for every user")
@@ -475,6 +498,13 @@ func (o *serveOptions) warnInsecure(log *slog.Logger) {
 		log.Warn("plaintext remote on a non-loopback address (--allow-plaintext): callers are unauthenticated and anyone who reaches the port may act for every user", "listen", o.listen)
 	case !o.tls.enabled():
 		log.Warn("plaintext remote on loopback: callers are unauthenticated; every local process may act for every user (development only)", "listen", o.listen)
+	}
+	if gw := o.callers.gatewayListen; gw != "" && !o.tls.enabled() {
+		if isLoopback(gw) {
+			log.Warn("plaintext gateway on loopback: callers are unauthenticated; every local process may act for every user (development only)", "listen", gw)
+		} else {
+			log.Warn("plaintext gateway on a non-loopback address (--allow-plaintext): callers are unauthenticated and anyone who reaches the port may act for every user", "listen", gw)
+		}
 	}
 }
 

@@ -118,6 +118,15 @@ func (c Config) WithIdentify(f func(*tls.ConnectionState) string) Config {
 	return c
 }
 
+// WithListener wraps the TCP listener before anything else sees its
+// connections (below TLS, the per-IP cap and the handshake deadline): a
+// connection the wrapper does not hand out costs the transport nothing.
+// Closing the wrapper must close the listener it wraps.
+func (c Config) WithListener(wrap func(net.Listener) net.Listener) Config {
+	c.wrap = wrap
+	return c
+}
+
 // WithLimits sets the transport's limits; zero fields keep their defaults.
 func (c Config) WithLimits(l Limits) Config {
 	c.limits = l

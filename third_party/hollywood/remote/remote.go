@@ -30,6 +30,7 @@ type Config struct {
 	onRefuse func(Refusal)
 	identify func(*tls.ConnectionState) string
 	limits   Limits
+	wrap     func(net.Listener) net.Listener
 }
 
 // NewConfig returns a new default remote configuration.
@@ -118,6 +119,9 @@ func (r *Remote) Start(e *actor.Engine) error {
 	inner, err := net.Listen("tcp", r.addr)
 	if err != nil {
 		return fmt.Errorf("remote failed to listen: %w", err)
+	}
+	if r.config.wrap != nil { // meshweaver patch: WithListener
+		inner = r.config.wrap(inner)
 	}
 	ln := newListener(inner, r)
 	r.ln = ln
