@@ -91,6 +91,9 @@ type backend interface {
 	children() ([]string, error)
 	// removeParent removes the daemon's folder once it is empty.
 	removeParent() error
+	// weigh sets the CPU weight of the users' folder to that of users
+	// processes of default weight.
+	weigh(users int) error
 }
 
 // impl is one user's cgroup in one hierarchy.
@@ -235,7 +238,21 @@ func (n *Node) Group(userDir string) (*Group, error) {
 	}
 	g := &Group{n: n, name: name, im: im}
 	n.groups[name] = g
+	n.weigh()
 	return g, nil
+}
+
+// weigh gives the users' folder the CPU weight of as many default-weight
+// processes as it holds users (with n.mu held). One folder of default
+// weight made every user together weigh as much as one process beside
+// the host's others (the daemon among them): under load their rounds got
+// a share of the CPU a user's sandbox alone gets without limits, which
+// made 20 users' rounds at once 1.2–1.4 times slower than the same
+// without cgroups. The weight only shares out a contended CPU; each user's
+// own cap is its cpu limit. Best effort: a weight that cannot be written
+// leaves the scheduling as it was, and no limit is lost.
+func (n *Node) weigh() {
+	_ = n.b.weigh(len(n.groups))
 }
 
 // SetLimits sets l on every live group and on every group made from now
@@ -377,6 +394,7 @@ func (g *Group) Remove(ctx context.Context) error {
 	g.n.mu.Lock()
 	if g.n.groups[g.name] == g {
 		delete(g.n.groups, g.name)
+		g.n.weigh()
 	}
 	g.n.mu.Unlock()
 	// What the child met, which v1 keeps in the child only, goes to the
@@ -431,6 +449,7 @@ func (g *Group) Release() bool {
 	}
 	if g.n.groups[g.name] == g {
 		delete(g.n.groups, g.name)
+		g.n.weigh()
 	}
 	return true
 }

@@ -440,3 +440,55 @@ func TestV1ChildEndsOnlyItsOwnTree(t *testing.T) {
 		t.Errorf("the user's cgroup went with a child: %v", err)
 	}
 }
+
+// TestUsersWeighAsManyProcesses: the users' folder weighs, on the CPU,
+// as many default-weight processes as it holds users, as they come and
+// go: on v2 (a fake tree, where groups are only made) cpu.weight 100 a
+// user, on v1 (here, as root) cpu.shares 1024 a user, back down as they
+// are removed, never below one's.
+func TestUsersWeighAsManyProcesses(t *testing.T) {
+	t.Run("v2", func(t *testing.T) {
+		root := fakeV2(t)
+		top := filepath.Join(root, "meshweaver-t")
+		n, err := Open(Options{Mount: root, Version: 2, Parent: "/", Name: "meshweaver-t", Limits: Limits{CPU: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, u := range []string{"alice", "bob"} {
+			if _, err := n.Group("/homes/" + u); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := read(t, filepath.Join(top, "cpu.weight")), strconv.Itoa(100*(i+1)); got != want {
+				t.Errorf("cpu.weight with %d users = %q, want %s", i+1, got, want)
+			}
+		}
+	})
+	t.Run("v1", func(t *testing.T) {
+		v1Root(t)
+		n := openV1Node(t, Limits{CPU: 1})
+		shares := func() string {
+			return read(t, filepath.Join(n.b.(*v1).dir("cpu", ""), "cpu.shares"))
+		}
+		var gs []*Group
+		for _, u := range []string{"alice", "bob", "carol"} {
+			g, err := n.Group("/homes/" + u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs = append(gs, g)
+		}
+		if got := shares(); got != "3072" {
+			t.Errorf("cpu.shares with three users = %q, want 3072", got)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, g := range gs {
+			if err := g.Remove(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := shares(); got != "1024" {
+			t.Errorf("cpu.shares with no user = %q, want 1024 (never below one's)", got)
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -103,6 +104,16 @@ func allowAny(c *cgroup1.InitConfig) error {
 }
 
 func (b *v1) hierarchy() ([]cgroup1.Subsystem, error) { return b.subs, nil }
+
+// weigh writes the users' folder's cpu.shares: 1024 (a nice-0 process's)
+// per user, within the kernel's 2–262144.
+func (b *v1) weigh(users int) error {
+	if _, ok := b.own[cgroup1.Cpu]; !ok {
+		return nil
+	}
+	shares := min(max(users, 1)*1024, 262144)
+	return os.WriteFile(filepath.Join(b.dir(cgroup1.Cpu, ""), "cpu.shares"), []byte(strconv.Itoa(shares)), 0)
+}
 
 // resources are l for the v1 controllers; a limit of none is -1 (pids
 // "max" is written apart, which the library does not).

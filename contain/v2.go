@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -163,6 +164,17 @@ func (b *v2) child(user, name string) (impl, error) {
 
 func (b *v2) children() ([]string, error) {
 	return userChildren(filepath.Join(b.mount, b.top))
+}
+
+// weigh writes the users' folder's cpu.weight: 100 (a default cgroup's)
+// per user, within the kernel's 1–10000. Without the cpu controller
+// delegated there is nothing to weigh.
+func (b *v2) weigh(users int) error {
+	if !contains(b.enabled, "cpu") {
+		return nil
+	}
+	weight := min(max(users, 1)*100, 10000)
+	return os.WriteFile(filepath.Join(b.mount, b.top, "cpu.weight"), []byte(strconv.Itoa(weight)), 0)
 }
 
 func (b *v2) removeParent() error {
