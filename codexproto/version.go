@@ -1,15 +1,22 @@
 package codexproto
 
 import (
+	_ "embed"
 	"fmt"
 	"strconv"
 	"strings"
 )
 
+// pinFile is codexproto/cli-version, the one place the pin is written:
+// scripts/install-codex and the Dockerfile read the same file, and
+// TestPinSpelledOnce fails on any other spelling of a pin.
+//
+//go:embed cli-version
+var pinFile string
+
 // PinnedCLIVersion is the codex CLI version the project is built and
-// tested against; scripts/install-codex installs it (a test keeps the two
-// equal).
-const PinnedCLIVersion = "0.169.0"
+// tested against ("0.171.0"), read from codexproto/cli-version.
+var PinnedCLIVersion = strings.TrimSpace(pinFile)
 
 // Version is the CLI's semantic version.
 type Version struct {

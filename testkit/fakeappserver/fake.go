@@ -12,10 +12,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/meshweaver/supervisor/codexproto"
 )
 
-// Version is the codex CLI version the fake imitates.
-const Version = "0.169.0"
+// Version is the codex CLI version the fake imitates: the pinned one
+// (codexproto/cli-version). Fake.Version makes one fake report another.
+var Version = codexproto.PinnedCLIVersion
 
 // defaultReply is the agent's answer when ReplyText is empty.
 const defaultReply = "Hello from the fake app-server."
