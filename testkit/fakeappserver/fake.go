@@ -172,6 +172,7 @@ type session struct {
 	calls       int
 	realMethods map[string]bool
 	mcpHeld     []obj // final MCP startup statuses waiting for MCPStartupOn
+	version     string
 }
 
 func newSession(f *Fake, w, stderr io.Writer) *session {
@@ -187,6 +188,9 @@ func newSession(f *Fake, w, stderr io.Writer) *session {
 		logins:      map[string]bool{},
 		pending:     map[int64]*pendingRequest{},
 		realMethods: map[string]bool{},
+	}
+	if s.version = f.Version; s.version == "" {
+		s.version = Version
 	}
 	if s.replyText == "" {
 		s.replyText = defaultReply
