@@ -55,7 +55,7 @@ func TestPinSpelledOnce(t *testing.T) {
 		if d.IsDir() {
 			// Recorded transcripts say which CLI made them; vendored
 			// code and the CLI installs are not ours.
-			if path != ".." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "third_party" || name == "node_modules") {
+			if name == ".git" || strings.HasPrefix(name, ".codex-cli") || name == "testdata" || name == "third_party" || name == "node_modules" {
 				return fs.SkipDir
 			}
 			return nil

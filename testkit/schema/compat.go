@@ -185,15 +185,15 @@ func (b *Bundle) check(uses []Use) ([]Problem, map[string]map[string]bool) {
 	return out, enums
 }
 
-// Compare checks what changed from old to new for uses.
-func Compare(old, new *Bundle, uses []Use) Report {
+// Compare checks what changed from old to newer for uses.
+func Compare(old, newer *Bundle, uses []Use) Report {
 	var r Report
 	before := map[Problem]bool{}
 	oldProblems, oldEnums := old.check(uses)
 	for _, p := range oldProblems {
 		before[p] = true
 	}
-	newProblems, newEnums := new.check(uses)
+	newProblems, newEnums := newer.check(uses)
 	for _, p := range newProblems {
 		if before[p] {
 			r.Known = append(r.Known, p)
@@ -224,13 +224,13 @@ func Compare(old, new *Bundle, uses []Use) Report {
 		used[u.Kind][u.Method] = true
 	}
 	for _, un := range unions {
-		for m := range new.params[un.kind] {
+		for m := range newer.params[un.kind] {
 			if _, ok := old.params[un.kind][m]; !ok {
 				r.Additions = append(r.Additions, fmt.Sprintf("%s %s: new", un.kind, m))
 			}
 		}
 		for m := range old.params[un.kind] {
-			if _, ok := new.params[un.kind][m]; !ok && !used[un.kind][m] {
+			if _, ok := newer.params[un.kind][m]; !ok && !used[un.kind][m] {
 				r.Removals = append(r.Removals, fmt.Sprintf("%s %s: removed (the daemon does not use it)", un.kind, m))
 			}
 		}
@@ -238,11 +238,11 @@ func Compare(old, new *Bundle, uses []Use) Report {
 	// Fields and enum values added to what the daemon uses.
 	for _, u := range uses {
 		for _, side := range []struct {
-			name     string
-			old, new map[Kind]map[string]node
-		}{{"params", old.params, new.params}, {"result", old.results, new.results}} {
+			name       string
+			old, newer map[Kind]map[string]node
+		}{{"params", old.params, newer.params}, {"result", old.results, newer.results}} {
 			o, ok1 := side.old[u.Kind][u.Method]
-			n, ok2 := side.new[u.Kind][u.Method]
+			n, ok2 := side.newer[u.Kind][u.Method]
 			if ok1 && ok2 {
 				added, removed := changes(side.name, o, n, 0)
 				for _, a := range added {
@@ -358,9 +358,8 @@ func fields(t reflect.Type) []field {
 	}
 	var out []field
 	seen := map[string]bool{}
-	var walk func(t reflect.Type, depth int)
 	var deeper []reflect.Type
-	walk = func(t reflect.Type, depth int) {
+	walk := func(t reflect.Type) {
 		for i := range t.NumField() {
 			f := t.Field(i)
 			tag := f.Tag.Get("json")
@@ -382,12 +381,12 @@ func fields(t reflect.Type) []field {
 			out = append(out, field{name: name, t: f.Type, omitempty: strings.Contains(opts, "omitempty")})
 		}
 	}
-	walk(t, 0)
-	for len(deeper) > 0 {
+	walk(t)
+	for len(deeper) > 0 { // embedded structs, shallowest first
 		next := deeper
 		deeper = nil
 		for _, d := range next {
-			walk(d, 1)
+			walk(d)
 		}
 	}
 	return out
