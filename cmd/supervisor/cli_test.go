@@ -111,7 +111,7 @@ func TestCLICommandLine(t *testing.T) {
 	// version and the pinned CLI.
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		code, stdout, stderr := cliRun(t, exe, nil, args...)
-		if code != 0 || !regexp.MustCompile(`^supervisor \S+ \(commit \S+, go1\.\S+, codex 0\.169\.0\)\n$`).MatchString(stdout) {
+		if code != 0 || !regexp.MustCompile(`^supervisor \S+ \(commit \S+, go1\.\S+, codex `+regexp.QuoteMeta(codexproto.PinnedCLIVersion)+`\)\n$`).MatchString(stdout) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
 		}
 	}
@@ -397,7 +397,7 @@ func TestServeDemoModel(t *testing.T) {
 		"--uid-range", "off")
 	metrics := srv.waitMsg("metrics serving")
 	_, body := opsHTTP(t, fmt.Sprintf("http://%s/metrics", metrics["listen"]))
-	buildInfo := regexp.MustCompile(`(?m)^supervisor_build_info\{codex="0\.169\.0",commit="[^"]+",goversion="go1\.[^"]+",version="[^"]+"\} 1$`)
+	buildInfo := regexp.MustCompile(`(?m)^supervisor_build_info\{codex="` + regexp.QuoteMeta(codexproto.PinnedCLIVersion) + `",commit="[^"]+",goversion="go1\.[^"]+",version="[^"]+"\} 1$`)
 	if !buildInfo.MatchString(body) {
 		t.Errorf("/metrics lacks supervisor_build_info = 1 with the build's labels")
 	}

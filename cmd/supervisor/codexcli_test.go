@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -37,8 +38,8 @@ func TestCodexCLIRange(t *testing.T) {
 			}
 			var buf bytes.Buffer
 			c.log(slog.New(slog.NewTextHandler(&buf, nil)))
-			if got := buf.String(); !strings.Contains(got, "level="+tt.level) || !strings.Contains(got, "tested="+codexproto.TestedRange()) {
-				t.Errorf("log %q, want level %s and tested=%s", got, tt.level, codexproto.TestedRange())
+			if got := buf.String(); !strings.Contains(got, "level="+tt.level) || !strings.Contains(got, "tested="+strconv.Quote(codexproto.TestedRange())) {
+				t.Errorf("log %q, want level %s and tested=%q", got, tt.level, codexproto.TestedRange())
 			}
 		})
 	}
