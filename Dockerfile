@@ -29,13 +29,16 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION} 
     && /out/supervisor version
 
 # The pinned codex CLI from npm; its native binary is static (musl), so the
-# runtime image needs no Node.
+# runtime image needs no Node. The pin is codexproto/cli-version, the one
+# place it is written; --build-arg CODEX_VERSION=x.y.z installs another.
 FROM node:${NODE_VERSION}-bookworm-slim AS codex
-ARG CODEX_VERSION=0.169.0
-RUN npm install --global --no-audit --no-fund "@openai/codex@${CODEX_VERSION}" \
+ARG CODEX_VERSION
+COPY codexproto/cli-version /tmp/cli-version
+RUN version="${CODEX_VERSION:-$(tr -d '[:space:]' < /tmp/cli-version)}" \
+    && npm install --global --no-audit --no-fund "@openai/codex@${version}" \
     && native="$(find /usr/local/lib/node_modules/@openai -path '*/vendor/*/bin/codex' -type f | head -n 1)" \
     && install -D -m 0755 "$native" /out/codex \
-    && /out/codex --version | grep -qx "codex-cli ${CODEX_VERSION}"
+    && /out/codex --version | grep -qx "codex-cli ${version}"
 
 FROM debian:bookworm-slim
 RUN apt-get update \

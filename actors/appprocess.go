@@ -266,8 +266,14 @@ func (a *appServerActor) started(m codexStarted) {
 		a.cfg.Metrics.Restarts.Inc()
 		a.restarts.next = false
 	}
-	a.log.Info("codex app-server ready", "pid", m.proc.PID(), "version", m.version.String())
-	a.engine.BroadcastEvent(AppServerReady{User: a.user, PID: m.proc.PID()})
+	tested := m.version.Tested()
+	if tested {
+		a.log.Info("codex app-server ready", "pid", m.proc.PID(), "version", m.version.String())
+	} else {
+		a.log.Warn("codex app-server ready, but its CLI is outside the tested range", "pid", m.proc.PID(),
+			"version", m.version.String(), "tested", codexproto.TestedRange())
+	}
+	a.engine.BroadcastEvent(AppServerReady{User: a.user, PID: m.proc.PID(), Version: m.version, Tested: tested})
 	a.use.last = time.Now()
 	a.engine.Send(a.parent, appServerLive{live: true})
 	if !a.checkKey() && a.enter(phaseReady) {

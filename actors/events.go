@@ -3,6 +3,7 @@ package actors
 import (
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/messages"
 )
 
@@ -13,9 +14,14 @@ import (
 // leave the process. An event is sent after the state it names holds.
 type (
 	// AppServerReady: a user's app-server answered initialize and serves.
+	// Version is the CLI's, from initialize's userAgent; Tested is false
+	// outside the tested range (codexproto.TestedRange), which the start
+	// logs as a warning.
 	AppServerReady struct {
-		User string
-		PID  int
+		User    string
+		PID     int
+		Version codexproto.Version
+		Tested  bool
 	}
 	// AppServerDied: a user's app-server exited without being asked to
 	// (a crash, a kill, a failed health call).

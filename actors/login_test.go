@@ -88,9 +88,14 @@ func newLoginHarness(t *testing.T, opts fakeissuer.Options, mutate func(*tree)) 
 	}
 	h := newHarness(t, func(c *tree) {
 		c.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		// RUST_LOG=info: the CLI writes its tracing to stderr, so the
+		// relayed stderr is there to check for keys. (Its only warning at
+		// the default level, about helper links in a home under TMPDIR,
+		// is gone since codexproc.TempDirOutside.)
 		c.CodexEnv = append(c.CodexEnv,
 			"CODEX_APP_SERVER_LOGIN_ISSUER="+iss.URL,
-			"CODEX_REVOKE_TOKEN_URL_OVERRIDE="+iss.RevokeURL())
+			"CODEX_REVOKE_TOKEN_URL_OVERRIDE="+iss.RevokeURL(),
+			"RUST_LOG=info")
 		if mutate != nil {
 			mutate(c)
 		}

@@ -2,12 +2,17 @@ package codexproc
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"time"
+
+	"github.com/meshweaver/supervisor/codexproto"
 )
 
 // LocalInstallDir is the project-local, git-ignored folder that
@@ -163,4 +168,31 @@ func nativeFromShim(shim string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("codex shim %s: native binary for %s not found beside it", shim, triple)
+}
+
+// VersionTimeout bounds `codex --version`; it answers in milliseconds.
+const VersionTimeout = 30 * time.Second
+
+// BinaryVersion asks the codex binary bin for its version (`codex
+// --version`, "codex-cli 0.169.0"). The daemon's start logs it; each
+// app-server's own version comes from its initialize (codexproto.Client).
+func BinaryVersion(bin string) (codexproto.Version, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), VersionTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--version")
+	cmd.Env = AllowedEnv(os.Environ(), nil)
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		return codexproto.Version{}, fmt.Errorf("asking %s for its version: %w", bin, err)
+	}
+	fields := strings.Fields(string(out))
+	if len(fields) == 0 {
+		return codexproto.Version{}, fmt.Errorf("asking %s for its version: no answer", bin)
+	}
+	v, err := codexproto.ParseVersion(fields[len(fields)-1])
+	if err != nil {
+		return codexproto.Version{}, fmt.Errorf("asking %s for its version: %w", bin, err)
+	}
+	return v, nil
 }

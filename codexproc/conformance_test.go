@@ -29,8 +29,7 @@ import (
 // notifications and results are checked too, as a drift alarm for the pin:
 // a new CLI that renames a field the client reads shows up here first.
 //
-// To refresh the pin, edit the version in scripts/install-codex, run it, and
-// run these tests (see docs/PROTOCOL.md).
+// To move the pin, see docs/PROTOCOL.md, "Taking a new codex release".
 
 // wire is the package-level collector: what every traced test wrote, by
 // method, for the coverage check at the end of TestClientConformance and for

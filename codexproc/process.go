@@ -145,6 +145,7 @@ func Start(cfg Config) (*Process, error) {
 	}
 	env = append(withoutKey(env, "CODEX_HOME"), "CODEX_HOME="+home)
 	env = PreferBundledBwrap(env, cfg.Binary)
+	env = TempDirOutside(env, home)
 
 	args := cfg.Args
 	if args == nil {
@@ -536,6 +537,43 @@ func PreferBundledBwrap(env []string, bin string) []string {
 		}
 	}
 	return append(withoutKey(env, "PATH"), "PATH="+path)
+}
+
+// TempDirOutside gives env a TMPDIR that does not hold home: the first of
+// env's own TMPDIR (else /tmp, the default), /tmp and /var/tmp that is a
+// folder and not home or above it. The CLI refuses to make its helper
+// links (codex-linux-sandbox among them) in a CODEX_HOME under its
+// TMPDIR, and from 0.171.0 its bubblewrap sandbox execs that link by name:
+// with the home under TMPDIR (the demo's homes, the tests') every
+// sandboxed command failed with "execvp codex-linux-sandbox". env is
+// returned as it is when no candidate fits.
+func TempDirOutside(env []string, home string) []string {
+	current := "/tmp"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "TMPDIR="); ok && v != "" {
+			current = v
+		}
+	}
+	for _, dir := range []string{current, "/tmp", "/var/tmp"} {
+		if under(home, dir) {
+			continue
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			continue
+		}
+		if dir == current {
+			return env
+		}
+		return append(withoutKey(env, "TMPDIR"), "TMPDIR="+dir)
+	}
+	return env
+}
+
+// under reports whether path is dir or inside it (both absolute, cleaned
+// here; symlinks are not followed).
+func under(path, dir string) bool {
+	rel, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(path))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // allowedEnv names the variables of the daemon's own environment a codex

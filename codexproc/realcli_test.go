@@ -608,7 +608,7 @@ func TestRealCLIResumeErrors(t *testing.T) {
 
 func TestRealCLIVersion(t *testing.T) {
 	c := startCLI(t, cliOptions{})
-	// The pin (0.169.0) lives in scripts/install-codex and schema.PinnedVersion.
+	// The pin lives in codexproto/cli-version (schema.PinnedVersion).
 	want, err := codexproto.ParseUserAgent("pin/" + schema.PinnedVersion)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,8 @@
 // bench`, and the model behind the real CLI in the tests.
 //
 // [Start] listens on 127.0.0.1 and answers POST {URL}/responses with a
-// Server-Sent Events stream in the format the codex CLI 0.169.0 accepts. Each
+// Server-Sent Events stream in the format the codex CLI accepts (0.169.0 and
+// 0.171.0: the real-CLI tests run on the pin). Each
 // request is answered by the next [Script] in a FIFO queue ([Server.Enqueue]),
 // or, when the queue is empty, by a [Responder] ([DemoResponder] unless
 // Options or [Server.SetResponder] say otherwise). [ShowcaseResponder] is the

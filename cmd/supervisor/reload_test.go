@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/messages"
 )
 
@@ -123,7 +124,7 @@ func TestSIGHUPReload(t *testing.T) {
 		"--tls-ca", ca.pem, "--authz", authz, "--metrics-listen", "", "--log-format", "json", "--config", conf)
 	waitState(t, srv, states, "READY=1")
 	start := srv.waitMsg("supervisor serving")
-	if start["version"] == nil || start["codex_pinned"] != "0.169.0" {
+	if start["version"] == nil || start["codex_pinned"] != codexproto.PinnedCLIVersion {
 		t.Errorf("the start-up line lacks the version: %v", start)
 	}
 

@@ -207,6 +207,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "supervisor serve: %s\n", ran)
 		fmt.Fprintf(stdout, "supervisor serve: user limits enforced here: %s\n", describeEnforced(rep))
+		fmt.Fprintf(stdout, "supervisor serve: %s\n", findCodexCLI(o.op.codexBin))
 		var uids isolate.Range
 		if o.isolation.switchesUIDs() {
 			uids, _ = isolate.ParseRange(o.isolation.uidRange)
@@ -330,6 +331,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "supervisor_remote_peers", Help: "Peers whose rate limiters the edge keeps (bounded; idle ones are dropped first).",
 	}, func() float64 { return float64(gate.Peers()) }))
+	findCodexCLI(bin).log(log)
 	o.warnInsecure(log, guard) // before "supervisor serving", which tests wait on
 	log.Info("supervisor serving", "listen", o.listen, "tls", tlsConf != nil, "authz", o.authz, "codex", bin, "homes", o.homes,
 		"version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion, "codex_pinned", bi.Codex)

@@ -21,7 +21,7 @@ func TestInitialize(t *testing.T) {
 		t.Errorf("before initialize: got %d %q, want -32600 \"Not initialized\"", e.Code, e.Message)
 	}
 	res := c.initialize()
-	if got, want := str(res, "userAgent"), "meshweaver/0.169.0 (Debian 12.0.0; x86_64) xterm (meshweaver; 1.2.3)"; got != want {
+	if got, want := str(res, "userAgent"), "meshweaver/"+fakeappserver.Version+" (Debian 12.0.0; x86_64) xterm (meshweaver; 1.2.3)"; got != want {
 		t.Errorf("userAgent = %q, want %q", got, want)
 	}
 	if str(res, "codexHome") == "" || str(res, "platformFamily") != "unix" || str(res, "platformOs") != "linux" {

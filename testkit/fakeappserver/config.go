@@ -141,6 +141,9 @@ type Fake struct {
 	// without one: -32600 "codex account authentication required to read
 	// rate limits".
 	RateLimits json.RawMessage `json:"rateLimits,omitempty"`
+	// Version is the CLI version initialize's userAgent (and a thread's
+	// cliVersion) reports. Empty means the package's Version, the pin.
+	Version string `json:"version,omitempty"`
 	// RecordPath, if set, gets every line the fake receives appended to it,
 	// verbatim, as soon as it is read.
 	RecordPath string `json:"recordPath,omitempty"`

@@ -1,5 +1,5 @@
-// Package fakeappserver is a scripted fake of `codex app-server` (codex-cli
-// 0.169.0) for the faults the real CLI cannot show on cue: garbage and huge
+// Package fakeappserver is a scripted fake of `codex app-server` (recorded
+// from codex-cli 0.169.0; it reports the version under test, [Version]) for the faults the real CLI cannot show on cue: garbage and huge
 // lines, crashes at a chosen message, hangs, overload errors, unknown
 // notifications, server-initiated requests, ignored EOF and SIGTERM, MCP
 // servers that fail to start after their round ended.
@@ -11,7 +11,7 @@
 // field, `emittedAtMs` on every notification, -32600 for nearly every
 // error, with the real texts):
 //
-//   - initialize → {userAgent:"<name>/0.169.0 (Debian 12.0.0; x86_64) xterm
+//   - initialize → {userAgent:"<name>/<Version> (Debian 12.0.0; x86_64) xterm
 //     (<name>; <version>)", codexHome, platformFamily, platformOs}; a second
 //     one → "Already initialized"; any other request first → "Not
 //     initialized". The "initialized" notification needs no answer.

@@ -12,10 +12,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/meshweaver/supervisor/codexproto"
 )
 
-// Version is the codex CLI version the fake imitates.
-const Version = "0.169.0"
+// Version is the codex CLI version the fake imitates: the pinned one
+// (codexproto/cli-version). Fake.Version makes one fake report another.
+var Version = codexproto.PinnedCLIVersion
 
 // defaultReply is the agent's answer when ReplyText is empty.
 const defaultReply = "Hello from the fake app-server."
@@ -169,6 +172,7 @@ type session struct {
 	calls       int
 	realMethods map[string]bool
 	mcpHeld     []obj // final MCP startup statuses waiting for MCPStartupOn
+	version     string
 }
 
 func newSession(f *Fake, w, stderr io.Writer) *session {
@@ -184,6 +188,9 @@ func newSession(f *Fake, w, stderr io.Writer) *session {
 		logins:      map[string]bool{},
 		pending:     map[int64]*pendingRequest{},
 		realMethods: map[string]bool{},
+	}
+	if s.version = f.Version; s.version == "" {
+		s.version = Version
 	}
 	if s.replyText == "" {
 		s.replyText = defaultReply

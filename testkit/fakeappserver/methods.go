@@ -122,7 +122,7 @@ func (s *session) initialize(id, params json.RawMessage) {
 	s.experiment = p.Capabilities.ExperimentalAPI
 	s.clientName, s.clientVer = p.ClientInfo.Name, p.ClientInfo.Version
 	s.reply(id, obj{
-		"userAgent":      fmt.Sprintf("%s/%s (Debian 12.0.0; x86_64) xterm (%s; %s)", p.ClientInfo.Name, Version, p.ClientInfo.Name, p.ClientInfo.Version),
+		"userAgent":      fmt.Sprintf("%s/%s (Debian 12.0.0; x86_64) xterm (%s; %s)", p.ClientInfo.Name, s.version, p.ClientInfo.Name, p.ClientInfo.Version),
 		"codexHome":      s.codexHome,
 		"platformFamily": "unix",
 		"platformOs":     "linux",
@@ -205,7 +205,7 @@ func (s *session) threadJSON(th *thread) obj {
 		"status":               status,
 		"path":                 path,
 		"cwd":                  th.cwd,
-		"cliVersion":           Version,
+		"cliVersion":           s.version,
 		"originator":           s.clientName,
 		"source":               "vscode",
 		"canAcceptDirectInput": true,

@@ -38,6 +38,15 @@
 // method, the JSON pointer into the message and the schema keyword that
 // failed, relative to the bundle directory.
 //
+// The release train: [Compare] checks a newer CLI's [Bundle] against the
+// pinned one's for what the daemon uses ([DaemonUses]: codexproto's
+// methods with the Go types it writes and reads). New methods, fields and
+// enum values pass and are reported; a removed method the daemon uses, a
+// removed or retyped field it sends or reads, a newly required param, an
+// enum value gone from a field it sends fail, naming the method and field.
+// The tests run it when the newest CLI is installed
+// (scripts/install-codex --newest, or CODEX_BIN_NEWEST; [FindNewestCLI]).
+//
 // Tests get a ready validator from [ForTest], which finds the CLI the same
 // way the rest of the project does (CODEX_BIN, then the project-local
 // .codex-cli install, then PATH) and generates the bundle once per test

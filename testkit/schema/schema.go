@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
@@ -22,8 +23,8 @@ import (
 )
 
 // PinnedVersion is the codex CLI version whose protocol the project is
-// checked against (see scripts/install-codex).
-const PinnedVersion = "0.169.0"
+// checked against: codexproto.PinnedCLIVersion, from codexproto/cli-version.
+var PinnedVersion = codexproto.PinnedCLIVersion
 
 // GenerateTimeout bounds one `generate-json-schema` run. It takes about
 // 150 ms on a warm machine.

@@ -217,12 +217,25 @@ func TestLineFraming(t *testing.T) {
 	}
 }
 
+// noResultSchema are the request methods whose result schema the CLI
+// does not generate at all (not a gap of resultOverrides).
+var noResultSchema = map[string]string{
+	"modelProvider/default/set": "0.171.0 generates ModelProviderDefaultSetParams and no response",
+}
+
 // TestResultSchemasResolve checks that every request method of the pinned
 // CLI maps to a result schema, and that each of them compiles after
 // ForTest has removed the bundle directory (they compile lazily from
-// memory).
+// memory), but for the reviewed noResultSchema. On another CLI (CODEX_BIN
+// set to a newer one) only the methods the daemon uses must have one: a
+// new method without one is an addition, logged.
 func TestResultSchemasResolve(t *testing.T) {
 	v := schema.ForTest(t)
+	atPin := schema.ForTestVersion(t) == schema.PinnedVersion
+	used := map[string]bool{}
+	for _, u := range schema.DaemonUses() {
+		used[string(u.Kind)+" "+u.Method] = len(u.Reads) > 0 || u.Kind == schema.ServerRequest
+	}
 	for _, k := range []schema.Kind{schema.ClientRequest, schema.ServerRequest} {
 		methods := v.Methods(k)
 		if len(methods) == 0 {
@@ -230,7 +243,13 @@ func TestResultSchemasResolve(t *testing.T) {
 		}
 		for _, m := range methods {
 			if !v.HasResultSchema(k, m) {
-				t.Errorf("%s %s has no result schema", k, m)
+				if why, ok := noResultSchema[m]; ok && !used[string(k)+" "+m] {
+					t.Logf("%s %s has no result schema: %s", k, m, why)
+				} else if atPin || used[string(k)+" "+m] {
+					t.Errorf("%s %s has no result schema", k, m)
+				} else {
+					t.Logf("%s %s has no result schema (the daemon does not use it)", k, m)
+				}
 				continue
 			}
 			validate := v.ValidateResult
