@@ -126,33 +126,14 @@ func (r *run) deployed(ctx context.Context) (err error) {
 			return fmt.Errorf("%s: %w", s.config, err)
 		}
 	}
-	clients := make([]*Direct, n)
-	threads := make([]string, n)
-	defer func() {
-		for _, dc := range clients {
-			if dc != nil {
-				dc.Close()
-			}
-		}
-	}()
 	cfgs := make([]DirectConfig, n)
 	for i := range cfgs {
 		if cfgs[i], err = r.ownDirectConfig(); err != nil {
 			return err
 		}
 	}
-	err = parallel(n, func(i int) error {
-		dc, err := StartDirect(ctx, cfgs[i])
-		if err != nil {
-			return err
-		}
-		clients[i] = dc
-		if threads[i], err = dc.StartThread(ctx); err != nil {
-			return err
-		}
-		_, err = r.directTurn(ctx, dc, threads[i])
-		return err
-	})
+	clients, threads, err := r.startDirects(ctx, cfgs)
+	defer closeDirects(clients)
 	if err != nil {
 		return err
 	}

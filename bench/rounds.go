@@ -416,31 +416,12 @@ func (r *run) crowd(ctx context.Context, c *client.Client, homes string) error {
 		return err
 	}
 	heapDaemon, _ := settledHeap()
-	clients := make([]*Direct, n)
-	threads := make([]string, n)
-	defer func() {
-		for _, dc := range clients {
-			if dc != nil {
-				dc.Close()
-			}
-		}
-	}()
 	cfgs := make([]DirectConfig, n)
 	for i := range cfgs {
 		cfgs[i] = r.directConfig()
 	}
-	err := parallel(n, func(i int) error {
-		dc, err := StartDirect(ctx, cfgs[i])
-		if err != nil {
-			return err
-		}
-		clients[i] = dc
-		if threads[i], err = dc.StartThread(ctx); err != nil {
-			return err
-		}
-		_, err = r.directTurn(ctx, dc, threads[i])
-		return err
-	})
+	clients, threads, err := r.startDirects(ctx, cfgs)
+	defer closeDirects(clients)
 	if err != nil {
 		return err
 	}
@@ -603,4 +584,34 @@ func (r *run) fallbackGrowth(ctx context.Context, c *client.Client, homes string
 	}
 	r.pair("fallback round, 32 KiB transcript", &big, &small, "fallback, 1-turn transcript", "")
 	return nil
+}
+
+// startDirects starts a direct client of each configuration at once, each
+// with a thread and a first (untimed) turn; close the clients with
+// closeDirects, also after an error.
+func (r *run) startDirects(ctx context.Context, cfgs []DirectConfig) ([]*Direct, []string, error) {
+	clients := make([]*Direct, len(cfgs))
+	threads := make([]string, len(cfgs))
+	err := parallel(len(cfgs), func(i int) error {
+		dc, err := StartDirect(ctx, cfgs[i])
+		if err != nil {
+			return err
+		}
+		clients[i] = dc
+		if threads[i], err = dc.StartThread(ctx); err != nil {
+			return err
+		}
+		_, err = r.directTurn(ctx, dc, threads[i])
+		return err
+	})
+	return clients, threads, err
+}
+
+// closeDirects closes the clients startDirects started.
+func closeDirects(clients []*Direct) {
+	for _, dc := range clients {
+		if dc != nil {
+			dc.Close()
+		}
+	}
 }

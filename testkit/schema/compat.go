@@ -103,13 +103,7 @@ func LoadBundle(dir string) (*Bundle, error) {
 			if u.kind != ClientRequest && u.kind != ServerRequest {
 				continue
 			}
-			var name string
-			if u.kind == ClientRequest {
-				name = resultOverrides[method]
-			}
-			if name == "" && paramsRef != "" {
-				name = strings.TrimSuffix(paramsRef[strings.LastIndex(paramsRef, "/")+1:], "Params") + "Response"
-			}
+			name := resultName(u.kind, method, paramsRef)
 			if name == "" {
 				continue
 			}

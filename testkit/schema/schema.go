@@ -187,13 +187,7 @@ func Load(dir string) (*Validator, error) {
 			}
 			byMethod[method] = sch
 			if u.kind == ClientRequest || u.kind == ServerRequest {
-				var name string
-				if u.kind == ClientRequest {
-					name = resultOverrides[method]
-				}
-				if name == "" && paramsRef != "" {
-					name = strings.TrimSuffix(paramsRef[strings.LastIndex(paramsRef, "/")+1:], "Params") + "Response"
-				}
+				name := resultName(u.kind, method, paramsRef)
 				if name == "" {
 					continue
 				}
@@ -598,3 +592,19 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// resultName is the name of the result schema of a request's method,
+// found by renaming its params definition (XParams → XResponse) or, for
+// a client request whose name does not follow that, in resultOverrides;
+// "" when there is none.
+func resultName(kind Kind, method, paramsRef string) string {
+	if kind == ClientRequest {
+		if name := resultOverrides[method]; name != "" {
+			return name
+		}
+	}
+	if paramsRef == "" {
+		return ""
+	}
+	return strings.TrimSuffix(paramsRef[strings.LastIndex(paramsRef, "/")+1:], "Params") + "Response"
+}

@@ -33,6 +33,8 @@ func DaemonUses() []Use {
 		{Kind: ClientRequest, Method: cp.MethodThreadArchive, Sends: cp.ThreadIDParams{}},
 		{Kind: ClientRequest, Method: cp.MethodThreadFork, Sends: cp.ThreadForkParams{}, Reads: []any{cp.ThreadResult{}}},
 		{Kind: ClientRequest, Method: cp.MethodThreadCompactStart, Sends: cp.ThreadIDParams{}},
+		// serve --check's probe runs one command in the CLI's sandbox.
+		{Kind: ClientRequest, Method: cp.MethodCommandExec, Sends: cp.CommandExecParams{}, Reads: []any{cp.CommandExecResult{}}},
 		{Kind: ClientNotification, Method: cp.MethodInitialized},
 
 		// Server notifications: the params the daemon reads.
