@@ -153,7 +153,12 @@ func TestUserLimitsContainAHostileAgent(t *testing.T) {
 	if r := e.await(cpuID); r.verdict.Status != messages.StatusCompleted {
 		t.Errorf("alice's spinning round: %v", r)
 	}
-	t.Logf("bob's p50 verdict: quiet %v, beside alice's spinners %v", quiet, busy)
+	// Quiet again once the spinners are gone: the machine's other load
+	// (CI runs other test binaries beside this one) moves while the test
+	// runs, and the busy window lies between the two quiet ones.
+	after := p50(bob(7))
+	t.Logf("bob's p50 verdict: quiet %v before and %v after, beside alice's spinners %v", quiet, after, busy)
+	quiet = max(quiet, after)
 	if limit := quiet*3/2 + 50*time.Millisecond; busy > limit {
 		t.Errorf("bob's p50 verdict beside alice's spinners is %v, over 1.5x + 50ms of quiet (%v)", busy, limit)
 	}
