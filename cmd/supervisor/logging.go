@@ -77,8 +77,17 @@ func logAttr(homes string, a slog.Attr) slog.Attr {
 	case slog.KindString:
 		a.Value = slog.StringValue(hashHomes(homes, actors.HashUserInPID(a.Value.String())))
 	case slog.KindAny:
-		if pid, ok := a.Value.Any().(*actor.PID); ok && pid != nil {
-			a.Value = slog.StringValue(actors.HashUserInPID(pid.String()))
+		switch v := a.Value.Any().(type) {
+		case *actor.PID:
+			if v != nil {
+				a.Value = slog.StringValue(actors.HashUserInPID(v.String()))
+			}
+		case error:
+			// An error is its text in either format; the text may quote
+			// a home (codex's errors name rollouts under CODEX_HOME).
+			if v != nil {
+				a.Value = slog.StringValue(hashHomes(homes, actors.HashUserInPID(v.Error())))
+			}
 		}
 	}
 	return a
