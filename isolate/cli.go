@@ -22,22 +22,11 @@ const DefaultCLILinks = "/var/lib/meshweaver/codex-cli"
 // can. A user's uid is never a folder's owner nor in its group (its gid is
 // its uid and it has no other groups), so only the bits for others count.
 func Unreachable(path string) (string, error) {
-	path, err := filepath.Abs(path)
+	dir, fi, err := Existing(path) // a path not made yet: what is made of it
 	if err != nil {
 		return "", err
 	}
-	dir := path
-	for { // a path not made yet: what is made of it
-		fi, err := os.Stat(dir)
-		if err == nil {
-			if !fi.IsDir() {
-				dir = filepath.Dir(dir)
-			}
-			break
-		}
-		if !errors.Is(err, fs.ErrNotExist) || dir == filepath.Dir(dir) {
-			return "", err
-		}
+	if !fi.IsDir() {
 		dir = filepath.Dir(dir)
 	}
 	var chain []string
@@ -57,6 +46,25 @@ func Unreachable(path string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// Existing is path made absolute when it exists, else the deepest of its
+// parents that does, with what os.Stat says of it.
+func Existing(path string) (string, fs.FileInfo, error) {
+	path, err := filepath.Abs(path)
+	if err != nil {
+		return "", nil, err
+	}
+	for {
+		fi, err := os.Stat(path)
+		if err == nil {
+			return path, fi, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || path == filepath.Dir(path) {
+			return "", nil, err
+		}
+		path = filepath.Dir(path)
+	}
 }
 
 // cliFolder is the folder of the CLI's files: an npm vendor folder keeps

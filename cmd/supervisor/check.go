@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -47,7 +45,7 @@ func (o *serveOptions) probeRound(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	base, err := existingAncestor(o.homes)
+	base, _, err := isolate.Existing(o.homes)
 	if err != nil {
 		return "", fmt.Errorf("probing a round: the homes %s: %w", o.homes, err)
 	}
@@ -138,25 +136,6 @@ func probeFailure(ws, where, sandbox string, res codexproto.CommandExecResult) e
 		return fmt.Errorf("a round's commands cannot start in the workspace-write sandbox %s: the workspace %s (mode %s) is not writable by the users' uids. Bind it writable (--workspace-writable) and let them write it, or keep rounds at --sandbox read-only (and --max-sandbox read-only or danger-full-access): %s", where, ws, mode, out)
 	}
 	return fmt.Errorf("a round's command failed in its %s sandbox %s: exit %d: %s", sandbox, where, res.ExitCode, out)
-}
-
-// existingAncestor is path when it exists, else its deepest parent that
-// does.
-func existingAncestor(path string) (string, error) {
-	path, err := filepath.Abs(path)
-	if err != nil {
-		return "", err
-	}
-	for {
-		_, err := os.Stat(path)
-		if err == nil {
-			return path, nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) || path == filepath.Dir(path) {
-			return "", err
-		}
-		path = filepath.Dir(path)
-	}
 }
 
 // oneLine folds s onto one line of at most 300 bytes for an error text.
