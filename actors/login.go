@@ -159,7 +159,7 @@ func (a *loginActor) answered(m appAnswer) {
 		}
 	case logoutCall:
 		if err != nil {
-			a.reply(tag.requester, messages.NewRejected(messages.Logout{User: a.user}, fmt.Errorf("logging out of codex: %w", err)))
+			a.reply(tag.requester, failed(messages.NewRejected(messages.Logout{User: a.user}, fmt.Errorf("logging out of codex: %w", err))))
 			return
 		}
 		a.reply(tag.requester, messages.LoggedOut{User: a.user})
@@ -272,7 +272,7 @@ func (a *loginActor) cancelCall(loginID string) {
 
 func (a *loginActor) setAPIKey(requester *actor.PID, m messages.SetAPIKey) {
 	if err := a.creds.SaveAPIKey(m.APIKey); err != nil {
-		a.reply(requester, messages.NewRejected(m, err))
+		a.reply(requester, failed(messages.NewRejected(m, err)))
 		return
 	}
 	a.log.Info("API key stored")
@@ -307,7 +307,7 @@ func (a *loginActor) writeKey(key string, seq uint64) {
 
 func (a *loginActor) logout(requester *actor.PID) {
 	if err := a.creds.Delete(); err != nil {
-		a.reply(requester, messages.NewRejected(messages.Logout{User: a.user}, err))
+		a.reply(requester, failed(messages.NewRejected(messages.Logout{User: a.user}, err)))
 		return
 	}
 	a.call(codexproto.MethodLogout, json.RawMessage("null"), logoutCall{requester: requester}, false)
@@ -437,4 +437,10 @@ func (a *loginActor) modelsAnswered(tag modelsCall, raw json.RawMessage, err err
 		resp.Models = append(resp.Models, mm)
 	}
 	a.reply(tag.requester, resp)
+}
+
+// failed is a Rejected for a message the daemon could not carry out.
+func failed(r messages.Rejected) messages.Rejected {
+	r.Class = messages.RefusalFailed
+	return r
 }

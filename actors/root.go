@@ -200,7 +200,11 @@ func (r *rootActor) rejectMsg(c *actor.Context, msg any, sender *actor.PID, err 
 		r.log.Warn("rejected a message", "type", fmt.Sprintf("%T", msg), "sender", pidString(sender), "err", err)
 	}
 	if sender != nil {
-		deliver(c.Engine(), sender, messages.NewRejected(msg, err), r.log)
+		rej := messages.NewRejected(msg, err)
+		if errors.Is(err, errUserCap) {
+			rej.Class = messages.RefusalUnavailable
+		}
+		deliver(c.Engine(), sender, rej, r.log)
 	}
 }
 

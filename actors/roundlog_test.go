@@ -207,8 +207,15 @@ func TestAskApprovalAnsweredAndExpired(t *testing.T) {
 	// A late answer finds the request closed.
 	h.engine.SendWithSender(h.root, messages.AnswerRequest{User: "carol", RoundID: "a-1",
 		RequestID: asked[1].Request.RequestID, Decision: messages.DecisionAccept}, c.pid)
-	if rc := nextOf[messages.RoundControlled](t, c, waitFor); rc.OK {
-		t.Errorf("a late answer was taken: %+v", rc)
+	if rc := nextOf[messages.RoundControlled](t, c, waitFor); rc.OK || rc.NotFound {
+		t.Errorf("a late answer was taken, or its round not found: %+v", rc)
+	}
+	// An answer for a round the user does not have: NotFound (the
+	// gateway's 404).
+	h.engine.SendWithSender(h.root, messages.AnswerRequest{User: "carol", RoundID: "no-such-round",
+		RequestID: "q", Decision: messages.DecisionAccept}, c.pid)
+	if rc := nextOf[messages.RoundControlled](t, c, waitFor); rc.OK || !rc.NotFound {
+		t.Errorf("an answer for an unknown round: %+v, want NotFound", rc)
 	}
 }
 

@@ -140,7 +140,7 @@ func (u *userActor) Receive(c *actor.Context) {
 			c.Engine().SendWithSender(k.log, m, c.Sender())
 			return
 		}
-		deliver(c.Engine(), c.Sender(), messages.RoundControlled{RoundID: m.RoundID, Error: "no such round"}, u.log)
+		deliver(c.Engine(), c.Sender(), messages.RoundControlled{RoundID: m.RoundID, Error: "no such round", NotFound: true}, u.log)
 	case messages.InterruptRound:
 		u.active()
 		u.control(c, m.Thread, m.RoundID)

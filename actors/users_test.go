@@ -39,8 +39,8 @@ func TestUsersCapped(t *testing.T) {
 	setKeys(t, h, c, "u1", "u2")
 	h.engine.SendWithSender(h.root, messages.SetAPIKey{User: "u3", APIKey: "sk-test-1"}, c.pid)
 	rej, ok := c.next(t).(messages.Rejected)
-	if !ok || !strings.Contains(rej.Reason, "cap of 2 live users") {
-		t.Fatalf("past the cap: %#v, want a Rejected naming the cap", rej)
+	if !ok || !strings.Contains(rej.Reason, "cap of 2 live users") || rej.Class != messages.RefusalUnavailable {
+		t.Fatalf("past the cap: %#v, want a Rejected of class unavailable naming the cap", rej)
 	}
 	if got := testutil.ToFloat64(m.RemoteRejected.WithLabelValues("user-cap")); got != 1 {
 		t.Fatalf("user-cap refusals counted %v, want 1", got)

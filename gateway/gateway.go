@@ -51,6 +51,12 @@ type Config struct {
 	// Keepalive is how often an idle stream gets a comment line (default
 	// 15s).
 	Keepalive time.Duration
+	// FirstReplyWait bounds how long a stream's status waits for the
+	// first reply (default 2s): a refusal the daemon sends at once (busy,
+	// unknown round, draining, at its user cap, invalid) gets its own
+	// status; a round with nothing to say by then opens with 200, and a
+	// later refusal is its last event.
+	FirstReplyWait time.Duration
 	// CallTimeout bounds the wait for a single answer (default 60s).
 	CallTimeout time.Duration
 	// Logger receives the gateway's log lines (slog.Default when nil).
@@ -88,6 +94,9 @@ func New(cfg Config) *Gateway {
 	}
 	if cfg.Keepalive <= 0 {
 		cfg.Keepalive = 15 * time.Second
+	}
+	if cfg.FirstReplyWait <= 0 {
+		cfg.FirstReplyWait = 2 * time.Second
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 60 * time.Second
@@ -278,13 +287,14 @@ func call[T any](g *Gateway) http.HandlerFunc {
 	}
 }
 
-// answer writes one reply as JSON: a Rejected as an error; an interrupt,
-// steer or answer the round refused (no running round, the request
-// already answered, codex said no) as 409 with the same body, so a client
-// that reads only the status does not take it for done.
+// answer writes one reply as JSON with its status (refusalStatus): a
+// Rejected as an error; any other reply with the same body it has on the
+// wire, so that a client reading only the status does not take a refusal
+// for done.
 func (g *Gateway) answer(w http.ResponseWriter, reply any) {
+	status := refusalStatus(reply)
 	if rej, ok := reply.(messages.Rejected); ok {
-		fail(w, http.StatusBadRequest, "", errors.New(rej.Reason))
+		fail(w, status, "", errors.New(rej.Reason))
 		return
 	}
 	b, err := encodeJSON(reply)
@@ -292,11 +302,75 @@ func (g *Gateway) answer(w http.ResponseWriter, reply any) {
 		fail(w, http.StatusInternalServerError, "", fmt.Errorf("encoding the answer: %w", err))
 		return
 	}
-	status := http.StatusOK
-	if rc, ok := reply.(messages.RoundControlled); ok && !rc.OK {
-		status = http.StatusConflict
+	if status == 0 {
+		status = http.StatusOK
 	}
 	writeJSON(w, status, b)
+}
+
+// refusalStatus is the HTTP status of a reply that refuses its request,
+// 0 for any other (docs/REMOTE.md, "HTTP gateway"):
+//
+//   - 400: the message is at fault (a Rejected of no class, a StartRound
+//     that fails validation);
+//   - 404: an unknown round (an attach's not_found verdict, an answer to
+//     a round the user's actor does not know);
+//   - 409: busy (a thread with its queue full) or no running round (an
+//     interrupt, steer or answer the round refused);
+//   - 500: the daemon could not carry it out (a Rejected of class failed:
+//     a write that failed, codex said no);
+//   - 503: the node cannot take it now (at its user cap, draining, the
+//     user's ownership moved, the user's codex cannot run or answer).
+func refusalStatus(reply any) int {
+	switch m := reply.(type) {
+	case messages.Rejected:
+		switch m.Class {
+		case messages.RefusalUnavailable:
+			return http.StatusServiceUnavailable
+		case messages.RefusalFailed:
+			return http.StatusInternalServerError
+		}
+		return http.StatusBadRequest
+	case messages.RoundControlled:
+		switch {
+		case m.OK:
+			return 0
+		case m.NotFound:
+			return http.StatusNotFound
+		}
+		return http.StatusConflict
+	case messages.RoundFinished:
+		switch m.Status {
+		case messages.StatusRejected:
+			return http.StatusBadRequest
+		case messages.StatusNotFound:
+			return http.StatusNotFound
+		case messages.StatusBusy:
+			return http.StatusConflict
+		case messages.StatusUnavailable:
+			return http.StatusServiceUnavailable
+		}
+	case messages.AccountResponse:
+		return unavailableIf(m.Error)
+	case messages.ModelsResponse:
+		return unavailableIf(m.Error)
+	case messages.RateLimitsResponse:
+		return unavailableIf(m.Error)
+	case messages.UsageResponse:
+		return unavailableIf(m.Error)
+	case messages.WarmedUp:
+		return unavailableIf(m.Error)
+	}
+	return 0
+}
+
+// unavailableIf is 503 when a reply carries an error: the user's codex
+// could not answer.
+func unavailableIf(errText string) int {
+	if errText != "" {
+		return http.StatusServiceUnavailable
+	}
+	return 0
 }
 
 // cancelLogin has no answer of its own.
@@ -378,6 +452,32 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, m any) {
 	in := g.spawn()
 	defer g.stop(in)
 
+	g.cfg.Engine.SendWithSender(g.cfg.Root, m, in.pid)
+	tick := time.NewTicker(g.cfg.Keepalive)
+	defer tick.Stop()
+	// The status waits for the first reply: a stream refused at once (a
+	// verdict of busy, not_found, unavailable, rejected; a Rejected) is
+	// answered with its status and its body as JSON, like a call. A reply
+	// that is not a refusal, or FirstReplyWait first, opens the stream
+	// with 200; a refusal after that is the stream's last event.
+	wait := time.NewTimer(g.cfg.FirstReplyWait)
+	defer wait.Stop()
+	var first any
+	select {
+	case first = <-in.ch:
+		if status := refusalStatus(first); status != 0 {
+			if _, terminal := sseFrame(first); terminal {
+				g.answer(w, first)
+				return
+			}
+		}
+	case <-in.over:
+		fail(w, http.StatusServiceUnavailable, "", errors.New("the client did not keep up; attach again with Last-Event-ID"))
+		return
+	case <-wait.C:
+	case <-r.Context().Done():
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -394,9 +494,12 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, m any) {
 	if !write([]byte(": stream open\n\n")) {
 		return
 	}
-	g.cfg.Engine.SendWithSender(g.cfg.Root, m, in.pid)
-	tick := time.NewTicker(g.cfg.Keepalive)
-	defer tick.Stop()
+	if first != nil {
+		frame, last := sseFrame(first)
+		if frame != nil && !write(frame) || last {
+			return
+		}
+	}
 	for {
 		select {
 		case reply := <-in.ch:

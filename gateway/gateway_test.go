@@ -37,7 +37,24 @@ func stubRoot(c *actor.Context) {
 	}
 	switch m := c.Message().(type) {
 	case messages.StartRound:
-		if m.Text == "hold" {
+		switch m.Text {
+		case "hold":
+			return
+		case "busy", "drain", "late-refusal":
+			st, why := messages.StatusBusy, "the thread has a round running and 4 waiting"
+			if m.Text != "busy" {
+				st, why = messages.StatusUnavailable, "the daemon is shutting down"
+			}
+			if m.Text == "late-refusal" { // an event first: the stream is open
+				c.Engine().Send(c.Sender(), messages.RoundEvent{RoundID: m.RoundID, Seq: 1, Kind: messages.KindText, Text: "x"})
+			}
+			c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Thread: m.Thread, Status: st, Error: why})
+			return
+		case "invalid":
+			c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Status: messages.StatusRejected, Error: "thread is too long"})
+			return
+		case "capped":
+			c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Status: messages.StatusUnavailable, Error: "the node is at its cap of 2 live users"})
 			return
 		}
 		for _, ev := range events(m.RoundID) {
@@ -45,6 +62,10 @@ func stubRoot(c *actor.Context) {
 		}
 		c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Thread: m.Thread, Status: messages.StatusCompleted})
 	case messages.AttachRound:
+		if m.RoundID == "unknown" {
+			c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Status: messages.StatusNotFound, Error: "no such round"})
+			return
+		}
 		for _, ev := range events(m.RoundID) {
 			if ev.Seq > m.AfterSeq {
 				c.Engine().Send(c.Sender(), ev)
@@ -59,6 +80,18 @@ func stubRoot(c *actor.Context) {
 		c.Engine().Send(c.Sender(), messages.RoundControlled{RoundID: m.RoundID, OK: true})
 	case messages.WarmUp:
 		c.Engine().Send(c.Sender(), messages.WarmedUp{User: m.User})
+	case messages.AnswerRequest:
+		c.Engine().Send(c.Sender(), messages.RoundControlled{RoundID: m.RoundID, Error: "no such round", NotFound: true})
+	case messages.SetAPIKey: // the disk is full
+		c.Engine().Send(c.Sender(), messages.Rejected{Type: "set_api_key.v1", Reason: "writing the key: no space left on device", Class: messages.RefusalFailed})
+	case messages.ModelsRequest: // at the user cap
+		c.Engine().Send(c.Sender(), messages.Rejected{Type: "models_request.v1", Reason: "the node is at its cap of 2 live users", Class: messages.RefusalUnavailable})
+	case messages.AccountRequest:
+		if m.User == "down" {
+			c.Engine().Send(c.Sender(), messages.AccountResponse{User: m.User, Error: "codex app-server unavailable"})
+			return
+		}
+		c.Engine().Send(c.Sender(), messages.AccountResponse{User: m.User})
 	}
 }
 
@@ -280,7 +313,7 @@ func TestSlowHeadersCutOff(t *testing.T) {
 // A peer may hold at most MaxStreams event streams; one more gets 429,
 // and a stream that ends makes room.
 func TestStreamsPerPeerCapped(t *testing.T) {
-	base, gw := serveGW(t, nil, nil)
+	base, gw := serveGW(t, nil, func(c *Config) { c.FirstReplyWait = 50 * time.Millisecond })
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	open := func(c context.Context) *http.Response {
@@ -363,4 +396,76 @@ func TestTrickledBodyCutOff(t *testing.T) {
 	if took > 5*time.Second {
 		t.Errorf("the connection was closed %v after the body began, want about the 300ms BodyTimeout", took)
 	}
+}
+
+// Every refusal has its HTTP status, and the body is the JSON error body
+// ({"error", "reason"}) or the reply's own JSON with its error field: the
+// edge's (400, 403, 413, 429), the daemon's answers to calls (404, 409,
+// 500, 503), and a stream refused at once (400, 404, 409, 503); a stream
+// refused after an event keeps 200 and ends with the refusal.
+func TestRefusalStatuses(t *testing.T) {
+	p, err := edge.ParsePolicy([]byte(`{"version":1,"grants":[{"identities":["*"],"users":["a","down"],"kinds":["rounds","control","login","account"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serve(t, p, nil)
+	rated := serve(t, nil, func(c *Config) {
+		c.Gate = edge.New(edge.Config{Self: "local", Root: c.Root, PeerRate: 0.001, PeerBurst: 1})
+	})
+	for _, tt := range []struct {
+		name, method, url, body string
+		status                  int
+		want                    string // in the JSON body's "error"
+	}{
+		{"malformed", "POST", "/v1/models", `{"user":`, 400, "not a JSON object"},
+		{"invalid", "POST", "/v1/interrupt", `{"user":"a"}`, 400, "thread"},
+		{"invalid round", "POST", "/v1/rounds", `{"user":"a","thread":"t","text":"invalid"}`, 400, "thread is too long"},
+		{"not granted", "POST", "/v1/models", `{"user":"bob"}`, 403, `may not send account for user \"bob\"`},
+		{"unknown round, attach", "GET", "/v1/rounds/unknown/events?user=a", "", 404, "no such round"},
+		{"unknown round, attach POST", "POST", "/v1/attach", `{"user":"a","round_id":"unknown"}`, 404, "no such round"},
+		{"unknown round, answer", "POST", "/v1/answer", `{"user":"a","round_id":"r9","request_id":"q","decision":"accept"}`, 404, "no such round"},
+		{"busy", "POST", "/v1/rounds", `{"user":"a","thread":"t","text":"busy"}`, 409, "a round running"},
+		{"no running round", "POST", "/v1/interrupt", `{"user":"a","thread":"t","round_id":"gone"}`, 409, "no round is running"},
+		{"too large", "POST", "/v1/rounds", `{"user":"a","thread":"t","text":"` + strings.Repeat("x", 5000) + `"}`, 413, "over 4096 bytes"},
+		{"disk full", "POST", "/v1/api_key", `{"user":"a","api_key":"sk-x"}`, 500, "no space left"},
+		{"draining", "POST", "/v1/rounds", `{"user":"a","thread":"t","text":"drain"}`, 503, "shutting down"},
+		{"user cap, round", "POST", "/v1/rounds", `{"user":"a","thread":"t","text":"capped"}`, 503, "cap of 2 live users"},
+		{"user cap, call", "POST", "/v1/models", `{"user":"a"}`, 503, "cap of 2 live users"},
+		{"codex cannot answer", "POST", "/v1/account", `{"user":"down"}`, 503, "unavailable"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), tt.method, base+tt.url, strings.NewReader(tt.body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			var body struct {
+				Error string `json:"error"`
+			}
+			if resp.StatusCode != tt.status || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("%d %q %s; want %d, JSON", resp.StatusCode, resp.Header.Get("Content-Type"), b, tt.status)
+			}
+			if err := json.Unmarshal(b, &body); err != nil || !strings.Contains(body.Error, strings.ReplaceAll(tt.want, `\"`, `"`)) {
+				t.Errorf("body %s (%v): want a JSON error naming %q", b, err, tt.want)
+			}
+		})
+	}
+	t.Run("rate", func(t *testing.T) {
+		for i, want := range []int{200, 429} {
+			resp := post(t, rated+"/v1/account", `{"user":"a"}`)
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != want || (want == 429 && !strings.Contains(string(b), `"reason":"rate"`)) {
+				t.Errorf("request %d: %d %s, want %d", i, resp.StatusCode, b, want)
+			}
+		}
+	})
+	t.Run("refused after an event", func(t *testing.T) {
+		resp := post(t, base+"/v1/rounds", `{"user":"a","thread":"t","text":"late-refusal"}`)
+		evs := readSSE(t, resp.Body)
+		if resp.StatusCode != 200 || len(evs) != 2 || evs[1].event != "round_finished" || !strings.Contains(evs[1].data, `"status":"unavailable"`) {
+			t.Errorf("%d %+v; want 200, an event, then the verdict", resp.StatusCode, evs)
+		}
+	})
 }

@@ -191,7 +191,27 @@ type Rejected struct {
 	Type string `msgpack:"type,omitempty"`
 	// Reason says why, for a human.
 	Reason string `msgpack:"reason,omitempty"`
+	// Class says whose the refusal is, for a program: empty when the
+	// message is at fault (it does not decode, validate or pass the
+	// edge), [RefusalUnavailable] when the node cannot take it now (try
+	// again later, or another member), [RefusalFailed] when the daemon
+	// could not carry it out (a write that failed, codex said no).
+	// Added as a compatible change: receivers treat an unknown class as
+	// empty.
+	Class RefusalClass `msgpack:"class,omitempty"`
 }
+
+// RefusalClass is a [Rejected]'s class.
+type RefusalClass string
+
+// Classes of a [Rejected].
+const (
+	// RefusalUnavailable: the node cannot take the message now (at its
+	// cap of live users, its ownership of the user moved, it is stopping).
+	RefusalUnavailable RefusalClass = "unavailable"
+	// RefusalFailed: the daemon could not carry the message out.
+	RefusalFailed RefusalClass = "failed"
+)
 
 // UsageRequest asks what User's app-server and everything it runs use of
 // this node now, against the user's limits (package contain). It is an

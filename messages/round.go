@@ -279,6 +279,9 @@ type RoundControlled struct {
 	RoundID string `msgpack:"round_id,omitempty"`
 	OK      bool   `msgpack:"ok,omitempty"`
 	Error   string `msgpack:"error,omitempty"`
+	// NotFound reports that the round named (an AnswerRequest's) is not
+	// one the user's actor knows, rather than one that refused.
+	NotFound bool `msgpack:"not_found,omitempty"`
 }
 
 // WarmUp asks the daemon to start User's codex app-server ahead of a round
