@@ -35,8 +35,10 @@ type Config struct {
 	// (client certificates required and verified) so that the identity of
 	// a caller is the same on both sides. Nil serves plaintext.
 	TLS *tls.Config
-	// MaxBody bounds a request body (default 8 MiB: a StartRound's text
-	// and history fit).
+	// MaxBody bounds a request body (default messages.MaxBodySize, 16
+	// MiB, the remote's: every field's own bound, the images' 12 MiB
+	// among them, is then reachable and named in the refusal, as on the
+	// remote).
 	MaxBody int64
 	// MaxStreams bounds the open event streams (rounds, attaches, logins)
 	// per identity (per IP in plaintext); default 16.
@@ -78,7 +80,7 @@ type Gateway struct {
 // New returns a gateway; Serve starts it.
 func New(cfg Config) *Gateway {
 	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = 8 << 20
+		cfg.MaxBody = messages.MaxBodySize
 	}
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = 16
