@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -155,7 +156,17 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/usage", call[messages.UsageRequest](g))
 	mux.HandleFunc("POST /v1/warm_up", call[messages.WarmUp](g))
 	mux.HandleFunc("POST /v1/login/cancel", g.cancelLogin)
-	return mux
+	// Everything else gets a JSON error too, not the mux's text or HTML:
+	// no route (or not that method) is 404; a path that is not in its
+	// clean form (dot segments, doubled slashes) is 404 rather than a
+	// redirect, so a client never follows a path it did not write.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" || path.Clean(r.URL.Path) != r.URL.Path {
+			fail(w, http.StatusNotFound, "", errors.New("no route for this method and path (docs/REMOTE.md, \"HTTP gateway\")"))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // problem is the JSON body of every error answer.

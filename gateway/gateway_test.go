@@ -432,6 +432,9 @@ func TestRefusalStatuses(t *testing.T) {
 		{"user cap, round", "POST", "/v1/rounds", `{"user":"a","thread":"t","text":"capped"}`, 503, "cap of 2 live users"},
 		{"user cap, call", "POST", "/v1/models", `{"user":"a"}`, 503, "cap of 2 live users"},
 		{"codex cannot answer", "POST", "/v1/account", `{"user":"down"}`, 503, "unavailable"},
+		{"no route", "POST", "/v1/nope", `{}`, 404, "no route"},
+		{"wrong method", "GET", "/v1/models", "", 404, "no route"},
+		{"dot segment", "GET", "/v1/rounds/./events?user=a", "", 404, "no route"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			req, _ := http.NewRequestWithContext(t.Context(), tt.method, base+tt.url, strings.NewReader(tt.body))
