@@ -65,7 +65,7 @@ func (o *clusterOptions) embedded() bool { return o.etcdName != "" }
 
 var clusterID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
-func (o *clusterOptions) validate(tlsOn bool) error {
+func (o *clusterOptions) validate(tlsOn, allowPlaintext bool) error {
 	if !o.enabled() {
 		if o.member != "" || o.endpoints != "" || o.embedded() {
 			return errors.New("--member, --etcd-endpoints and --etcd-name need --cluster")
@@ -99,6 +99,11 @@ func (o *clusterOptions) validate(tlsOn bool) error {
 			case !tlsOn && p.Scheme != "http":
 				errs = append(errs, fmt.Errorf("etcd URL %q: without TLS, http", u))
 			}
+		}
+		if !tlsOn && !allowPlaintext {
+			// etcd opens its own sockets: the listener guard cannot wrap
+			// them, and whoever writes its keys moves users between members.
+			errs = append(errs, fmt.Errorf("an embedded etcd member without TLS serves its client (%s) and peer (%s) ports to every local process, the users' agents included: use mutual TLS (--tls-cert, --tls-key, --tls-ca), or accept it with --allow-plaintext", o.etcdClient, o.etcdPeer))
 		}
 	} else if o.endpoints == "" {
 		errs = append(errs, errors.New("--cluster needs --etcd-endpoints or an embedded member (--etcd-name)"))

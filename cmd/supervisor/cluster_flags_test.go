@@ -24,7 +24,7 @@ func TestClusterSettings(t *testing.T) {
 
 	conf := filepath.Join(dir, "c.conf")
 	text := "cluster prod\netcd-name n1\netcd-dir " + dir + "/etcd\netcd-peer-listen http://127.0.0.1:2380\n" +
-		"etcd-client-listen http://127.0.0.1:2379\netcd-initial-cluster n1=http://127.0.0.1:2380\nlease-ttl 6s\nfence-margin 2s\n"
+		"etcd-client-listen http://127.0.0.1:2379\netcd-initial-cluster n1=http://127.0.0.1:2380\nlease-ttl 6s\nfence-margin 2s\nallow-plaintext\n"
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +51,11 @@ func TestClusterSettings(t *testing.T) {
 		{[]string{"--cluster", "a/b", "--member", "n 1", "--etcd-endpoints", "http://x:2379", "--lease-ttl", "1500ms", "--fence-margin", "0s"},
 			[]string{`--cluster "a/b"`, `--member "n 1"`, "whole seconds", "--fence-margin"}},
 		{[]string{"--cluster", "prod", "--etcd-name", "n1"}, []string{"--etcd-name needs --etcd-dir"}},
+		// An embedded member in plaintext: its ports are every local
+		// process's, the users' agents' included, unless the operator says so.
+		{[]string{"--cluster", "prod", "--etcd-name", "n1", "--etcd-dir", "/tmp/x", "--etcd-peer-listen", "http://127.0.0.1:2380",
+			"--etcd-client-listen", "http://127.0.0.1:2379", "--etcd-initial-cluster", "n1=http://127.0.0.1:2380"},
+			[]string{"an embedded etcd member without TLS serves its client (http://127.0.0.1:2379) and peer (http://127.0.0.1:2380) ports", "--allow-plaintext"}},
 		{[]string{"--cluster", "prod", "--member", "n1", "--etcd-endpoints", "http://x:2379", "--lease-ttl", "5s", "--fence-margin", "5s"},
 			[]string{"must be positive and below --lease-ttl"}},
 		// A window too short to outlast an etcd election: a member's death

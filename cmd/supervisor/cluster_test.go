@@ -147,7 +147,7 @@ func (tc *testCluster) start(i int, initial, clients string) {
 	if tc.external != nil {
 		args = append(args, "--etcd-endpoints", tc.external.Endpoints(), "--etcd-election-timeout", etcdtest.ElectionTimeout.String())
 	} else {
-		args = append(args, "--etcd-name", m.id, "--etcd-dir", m.dir,
+		args = append(args, "--allow-plaintext", "--etcd-name", m.id, "--etcd-dir", m.dir,
 			"--etcd-peer-listen", m.peer, "--etcd-client-listen", m.client, "--etcd-initial-cluster", initial,
 			"--etcd-endpoints", clients)
 	}

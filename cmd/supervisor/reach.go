@@ -142,7 +142,7 @@ func (o *serveOptions) reach(g *listenerGuard) (kept, open []string) {
 	}
 	if o.cluster.embedded() && !o.tls.enabled() {
 		// etcd opens its own sockets: the guard cannot wrap them.
-		open = append(open, fmt.Sprintf("plaintext embedded etcd: its client (%s) and peer (%s) ports take connections from every local process, the users' agents included, and whoever writes its keys moves users between members; use mutual TLS (--tls-cert, --tls-key, --tls-ca)",
+		open = append(open, fmt.Sprintf("plaintext embedded etcd (--allow-plaintext): its client (%s) and peer (%s) ports take connections from every local process, the users' agents included, and whoever writes its keys moves users between members; use mutual TLS (--tls-cert, --tls-key, --tls-ca)",
 			o.cluster.etcdClient, o.cluster.etcdPeer))
 	}
 	return kept, open

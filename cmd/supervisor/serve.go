@@ -86,7 +86,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "how long SIGTERM waits for rounds and app-servers to stop")
 	fs.DurationVar(&o.callTimeout, "call-timeout", 60*time.Second, "deadline of every call to an app-server")
 	fs.IntVar(&o.queueLimit, "queue-limit", 4, "rounds that may wait behind a running one on the same mesh thread")
-	fs.BoolVar(&o.allowPlaintext, "allow-plaintext", false, "allow a plaintext remote listener on a non-loopback address")
+	fs.BoolVar(&o.allowPlaintext, "allow-plaintext", false, "allow plaintext listeners anyone who reaches them may use: the remote or the gateway on a non-loopback address, an embedded etcd member without TLS (each named in a warning at every start)")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "127.0.0.1:4101", "`HOST:PORT` serving /metrics, /healthz and /readyz (empty: off)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 10*time.Minute, "stop a user's app-server after this long without use")
 	fs.IntVar(&o.maxLive, "max-live", 64, "most app-servers alive on this node; past it the least recently used idle one stops")
@@ -156,7 +156,7 @@ func (o *serveOptions) validate() error {
 	if err := o.limits.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := o.cluster.validate(o.tls.enabled()); err != nil {
+	if err := o.cluster.validate(o.tls.enabled(), o.allowPlaintext); err != nil {
 		errs = append(errs, err)
 	}
 	switch {
