@@ -123,6 +123,10 @@ func (a *appServerActor) launch() {
 				return
 			}
 			cfg.Wrapper, cfg.Credential = l.Wrapper, l.Credential
+			if l.Credential != nil && a.cfg.MCPFront != nil {
+				// Only this uid may use this user's MCP front URLs.
+				a.cfg.MCPFront.SetOwner(a.user, l.Credential.Uid)
+			}
 			if l.Binary != "" {
 				cfg.Binary = l.Binary // reachable by the user's uid
 			}

@@ -9,13 +9,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/peeruid"
 )
 
 // Key names what a front URL stands for: one mesh thread of one user.
@@ -53,6 +57,17 @@ type Options struct {
 	// Logger receives forwarding failures, never a token, an upstream
 	// URL's path or query, or a raw user id (slog.Default when nil).
 	Logger *slog.Logger
+	// UserUID, when set, reports whether a uid is one the users' agents
+	// run as (the daemon's uid range). A connection whose local peer is
+	// such a uid may use only the URLs of the user SetOwner gave that
+	// uid: another user's agent that learnt a URL gets 404, as for an
+	// unknown one. Nil: no check (every app-server runs as the daemon's
+	// uid, which cannot be told apart).
+	UserUID func(uid uint32) bool
+	// PeerUID finds the uid owning the client end of a connection, given
+	// the connection's remote and local addresses (default: the kernel's,
+	// peeruid.Lookup, within 250ms).
+	PeerUID func(peer, local netip.AddrPort) (uint32, error)
 }
 
 // Front is the loopback reverse proxy. Its methods are safe for concurrent
@@ -72,6 +87,20 @@ type Front struct {
 	closed bool // Close began: no request starts any more
 	byKey  map[Key]*route
 	byID   map[string]*route
+	owners map[string]uint32 // user → the uid its app-server runs as (SetOwner)
+	warns  *rate.Limiter     // refusal log lines: 10 a minute
+}
+
+// connKey is the context key of a connection's connPeer.
+type connKey struct{}
+
+// connPeer finds a connection's peer uid once, on its first request (not
+// in the accept loop, which ConnContext runs in).
+type connPeer struct {
+	peer, local netip.AddrPort
+	once        sync.Once
+	uid         uint32
+	err         error
 }
 
 // route is one bound key: its id and, once set, where to forward and with
@@ -100,6 +129,15 @@ func New(opts Options) (*Front, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.PeerUID == nil {
+		opts.PeerUID = func(peer, local netip.AddrPort) (uint32, error) {
+			o, err := peeruid.Lookup(peer, local, 250*time.Millisecond)
+			if err == nil && !o.Live() {
+				err = errors.New("the peer's socket has no owner")
+			}
+			return o.UID, err
+		}
+	}
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("mcpfront: listening on %s: %w", opts.Listen, err)
@@ -113,6 +151,8 @@ func New(opts Options) (*Front, error) {
 		served: make(chan struct{}),
 		byKey:  map[Key]*route{},
 		byID:   map[string]*route{},
+		owners: map[string]uint32{},
+		warns:  rate.NewLimiter(rate.Every(6*time.Second), 10),
 		transport: &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
 			DialContext:           (&net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
@@ -128,7 +168,15 @@ func New(opts Options) (*Front, error) {
 		Handler:           http.HandlerFunc(f.serveHTTP),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			p, ok1 := c.RemoteAddr().(*net.TCPAddr)
+			l, ok2 := c.LocalAddr().(*net.TCPAddr)
+			if !ok1 || !ok2 {
+				return ctx
+			}
+			return context.WithValue(ctx, connKey{}, &connPeer{peer: p.AddrPort(), local: l.AddrPort()})
+		},
+		ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 	}
 	go func() {
 		defer close(f.served)
@@ -249,6 +297,42 @@ func (f *Front) Forget(key Key) {
 	}
 }
 
+// SetOwner records that user's app-server runs as uid: with
+// Options.UserUID set, a connection from a uid of the users' range may use
+// that user's URLs only if it is this uid.
+func (f *Front) SetOwner(user string, uid uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.owners[user] = uid
+}
+
+// allowed reports whether req's connection may use key's URL: always
+// without Options.UserUID; else unless its peer is a uid of the users'
+// range that is not key's user's (or its owner cannot be told).
+func (f *Front) allowed(req *http.Request, key Key) bool {
+	if f.opts.UserUID == nil {
+		return true
+	}
+	cp, _ := req.Context().Value(connKey{}).(*connPeer)
+	if cp == nil {
+		return false
+	}
+	cp.once.Do(func() {
+		cp.uid, cp.err = f.opts.PeerUID(netip.AddrPortFrom(cp.peer.Addr().Unmap(), cp.peer.Port()),
+			netip.AddrPortFrom(cp.local.Addr().Unmap(), cp.local.Port()))
+	})
+	if cp.err != nil {
+		return false
+	}
+	if !f.opts.UserUID(cp.uid) {
+		return true // the daemon's own uid, root, an account outside the range
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	owner, ok := f.owners[key.User]
+	return ok && owner == cp.uid
+}
+
 // Len is the number of bound keys.
 func (f *Front) Len() int {
 	f.mu.Lock()
@@ -285,6 +369,14 @@ func (f *Front) serveHTTP(w http.ResponseWriter, req *http.Request) {
 	f.mu.Unlock()
 	defer f.inflight.Done()
 	key, target, token, ok := f.lookup(req.URL.Path)
+	if ok && !f.allowed(req, key) {
+		// Another user's agent with this user's URL: answered as an
+		// unknown URL, so that it learns nothing.
+		ok = false
+		if f.warns.Allow() {
+			f.log.Warn("mcp front: a URL used from another user's uid (or one whose owner cannot be told), refused", "user", userTag(key.User))
+		}
+	}
 	if !ok {
 		http.Error(w, "mcpfront: no such MCP endpoint", http.StatusNotFound)
 		return

@@ -3,11 +3,14 @@ package mcpfront
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -521,5 +524,87 @@ func TestConcurrentSetsAndRequests(t *testing.T) {
 		if s.auth != "Bearer tok-0" && s.auth != "Bearer tok-1" {
 			t.Errorf("a request carried %q", s.auth)
 		}
+	}
+}
+
+// With UserUID set, a connection from a uid of the users' range may use
+// only the URLs of the user whose app-server runs as that uid: another
+// user's agent holding the URL gets the 404 of an unknown URL, and its
+// request never reaches the upstream; a uid outside the range (the
+// daemon's) is served; a peer whose owner cannot be told is refused.
+func TestOtherUsersUIDRefused(t *testing.T) {
+	var mu sync.Mutex
+	peer, lookupErr := uint32(0), error(nil)
+	as := func(uid uint32, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		peer, lookupErr = uid, err
+	}
+	f, logs := newFront(t, Options{
+		UserUID: func(uid uint32) bool { return uid >= 200000 && uid < 300000 },
+		PeerUID: func(_, _ netip.AddrPort) (uint32, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return peer, lookupErr
+		},
+	})
+	up, got := recorder(t)
+	ann := Key{User: "ann", Thread: "t1"}
+	u := f.Bind(ann)
+	if err := f.Set(ann, up.URL+"/mcp", "tok-ann"); err != nil {
+		t.Fatal(err)
+	}
+	f.SetOwner("ann", 200001)
+	f.SetOwner("bob", 200002)
+	for _, tt := range []struct {
+		name   string
+		uid    uint32
+		err    error
+		status int
+	}{
+		{"ann's own agent", 200001, nil, 200},
+		{"bob's agent with ann's URL", 200002, nil, 404},
+		{"a uid of the range with no user", 200003, nil, 404},
+		{"the daemon's uid", 0, nil, 200},
+		{"an owner that cannot be told", 0, errors.New("gone"), 404},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			as(tt.uid, tt.err)
+			http.DefaultClient.CloseIdleConnections() // a new connection: its uid is looked up once
+			before := len(got())
+			resp, body := do(t, http.MethodPost, u, "", `{}`)
+			if resp.StatusCode != tt.status {
+				t.Errorf("%d %q, want %d", resp.StatusCode, body, tt.status)
+			}
+			if reached := len(got()) > before; reached != (tt.status == 200) {
+				t.Errorf("reached the upstream: %v, want %v", reached, tt.status == 200)
+			}
+		})
+	}
+	if strings.Contains(logs.String(), "tok-ann") || !strings.Contains(logs.String(), "another user's uid") {
+		t.Errorf("the log names the token, or not the refusal: %s", logs.String())
+	}
+}
+
+// The kernel's lookup (the default PeerUID): this test's own uid, taken
+// for a user's, is refused on another user's URL and served on its own.
+func TestPeerUIDFromTheKernel(t *testing.T) {
+	me := uint32(os.Geteuid())
+	f, _ := newFront(t, Options{UserUID: func(uid uint32) bool { return uid == me }})
+	up, _ := recorder(t)
+	ann := Key{User: "ann", Thread: "t1"}
+	u := f.Bind(ann)
+	if err := f.Set(ann, up.URL+"/mcp", "tok"); err != nil {
+		t.Fatal(err)
+	}
+	f.SetOwner("ann", me+1)
+	http.DefaultClient.CloseIdleConnections()
+	if resp, body := do(t, http.MethodPost, u, "", `{}`); resp.StatusCode != 404 {
+		t.Fatalf("another user's uid: %d %q, want 404", resp.StatusCode, body)
+	}
+	f.SetOwner("ann", me)
+	http.DefaultClient.CloseIdleConnections()
+	if resp, body := do(t, http.MethodPost, u, "", `{}`); resp.StatusCode != 200 {
+		t.Fatalf("the owner's uid: %d %q, want 200", resp.StatusCode, body)
 	}
 }

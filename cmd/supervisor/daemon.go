@@ -45,6 +45,10 @@ type edgeOptions struct {
 	// listener wraps the remote's TCP listener (nil: none), as the
 	// listener guard does.
 	listener func(net.Listener) net.Listener
+	// userUIDs are the uids the users' agents run as, which the MCP front
+	// lets use only their own user's URLs (nil: no check; the guard's
+	// range).
+	userUIDs func(uint32) bool
 }
 
 // startDaemon listens on listen and spawns the actor tree, behind the edge
@@ -102,7 +106,7 @@ func startDaemonEdge(listen string, tlsConf *tls.Config, cfg actors.Config, deps
 	// is closed after the tree (stop), when no thread uses it any more.
 	front := deps.MCPFront
 	if front == nil {
-		if front, err = mcpfront.New(mcpfront.Options{Logger: deps.Logger}); err != nil {
+		if front, err = mcpfront.New(mcpfront.Options{Logger: deps.Logger, UserUID: eo.userUIDs}); err != nil {
 			rem.Stop().Wait()
 			return nil, nil, err
 		}

@@ -36,9 +36,21 @@ func TestMCPFrontKeepsThreadWarm(t *testing.T) {
 		}
 		testMCPFront(t, isolated(t, "uid+bwrap", false, false))
 	})
+	t.Run("uid, front checks uids", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("the uid switch needs root; CI runs as root")
+		}
+		// The front lets the users' uids use their own user's URLs only,
+		// as serve's does: the CLI's connections are its user's uid.
+		eo := testEdge
+		eo.userUIDs = testUIDs.Has
+		testMCPFrontEdge(t, isolated(t, "uid", false, false), eo)
+	})
 }
 
-func testMCPFront(t *testing.T, mutate func(*daemonSetup)) {
+func testMCPFront(t *testing.T, mutate func(*daemonSetup)) { testMCPFrontEdge(t, mutate, testEdge) }
+
+func testMCPFrontEdge(t *testing.T, mutate func(*daemonSetup), eo edgeOptions) {
 	readOnly := mcpecho.Options{Annotations: map[string]map[string]any{"echo": {"readOnlyHint": true}}}
 	s1, err := mcpecho.Start(readOnly)
 	if err != nil {
@@ -53,12 +65,12 @@ func testMCPFront(t *testing.T, mutate func(*daemonSetup)) {
 	// After the servers: the daemon stops first (its CLI ends its MCP
 	// sessions), then they do.
 	metrics := actors.NewMetrics(nil)
-	e := newEnv(t, func(c *daemonSetup) {
+	e := newEnvEdge(t, func(c *daemonSetup) {
 		c.Metrics = metrics
 		if mutate != nil {
 			mutate(c)
 		}
-	})
+	}, eo, nil)
 	const user, thread = "uma", "mcp/front"
 	tokens := []string{"front-token-1-9d2c", "front-token-2-77ab", "front-token-3-e410", "front-token-4-5c3b"}
 	round := func(i int, s *mcpecho.Server) {

@@ -70,6 +70,16 @@ func (g *listenerGuard) wrap(name string) func(net.Listener) net.Listener {
 	}
 }
 
+// userUIDs reports the uids the guard refuses, for the MCP front, which
+// the users' app-servers must reach but each only for its own user's
+// URLs; nil when the guard is off.
+func (g *listenerGuard) userUIDs() func(uint32) bool {
+	if !g.active() {
+		return nil
+	}
+	return g.uids.Has
+}
+
 // listen is net.Listen("tcp", addr) behind the guard of name.
 func (g *listenerGuard) listen(name, addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)

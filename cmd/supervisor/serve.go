@@ -321,6 +321,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
 		limits:   remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
 		listener: guard.wrap("remote"),
+		userUIDs: guard.userUIDs(),
 	})
 	if err != nil {
 		return err
