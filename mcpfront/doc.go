@@ -22,6 +22,9 @@
 // Options.MaxBody is a 413.
 //
 // The path's id is 128 random bits: other local users of the machine can
-// reach a loopback port, so the URL is the only secret that guards the
-// token the front adds.
+// reach a loopback port, so the URL is a secret that guards the token the
+// front adds. Where each user's app-server runs as a uid of its own
+// (Options.UserUID), the front also asks the kernel which uid owns each
+// connection's peer, and a uid of the users' range may use only its own
+// user's URLs ([Front.SetOwner]).
 package mcpfront
