@@ -2,9 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -102,5 +105,104 @@ func TestAgentCannotReachListeners(t *testing.T) {
 	if resp.StatusCode == 0 {
 		t.Errorf("gateway for the daemon's uid: no status")
 	}
+	h.alive()
+}
+
+// TestAgentCannotReachEtcd: a cluster member under mutual TLS with an
+// embedded etcd member, as root with a uid switch; alice's agent
+// (danger-full-access) tries etcd's client and peer ports with curl, as
+// it would in plaintext, and gets no HTTP answer from either (a client
+// certificate of the CA is required, and the node's key is not hers to
+// read); it tries the remote and the metrics port too (closed unread by
+// the guard). The test, holding the node's certificate, reads etcd's
+// /version through the client port in the same run.
+func TestAgentCannotReachEtcd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the uid switch needs root; CI runs as root")
+	}
+	dir := t.TempDir()
+	ca := tlsNewCA(t, dir, "ca", "meshweaver test CA")
+	nodeCert, nodeKey := ca.issue(t, dir, "node")
+	callerCert, callerKey := ca.issue(t, dir, "caller")
+	peer, err := freeLoopbackAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := freeLoopbackAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hostileStart(t, "--sandbox", "danger-full-access",
+		"--tls-cert", nodeCert, "--tls-key", nodeKey, "--tls-ca", ca.pem, "--authz-allow-any",
+		"--cluster", "c1", "--etcd-name", "n1", "--etcd-dir", filepath.Join(dir, "etcd"),
+		"--etcd-peer-listen", "https://"+peer, "--etcd-client-listen", "https://"+client,
+		"--etcd-initial-cluster", "n1=https://"+peer)
+	h.srv.waitMsg("supervisor serving")
+	oc := opsNewCaller(t, h.addr, tlsConfig(t, callerCert, callerKey, ca.pem))
+	metricsAddr := strings.TrimSuffix(strings.TrimPrefix(h.metricsURL, "http://"), "/metrics")
+
+	curl := func(url string) string {
+		return fmt.Sprintf(`c=$(curl -sk --max-time 5 -o /dev/null -w '%%{http_code}' %s); echo "code=$c exit=$?"; [ "$c" != 000 ]`, url)
+	}
+	raw := func(addr string) string {
+		host, port, _ := net.SplitHostPort(addr)
+		return fmt.Sprintf(`trap '' PIPE; exec 3<>/dev/tcp/%s/%s || { echo connect-failed; exit 3; }; printf 'GET / HTTP/1.0\r\n\r\n' >&3; n=$(timeout 5 cat <&3 | wc -c); echo "read=$n"; [ "$n" -gt 0 ]`, host, port)
+	}
+	attempts := []struct{ id, cmd, refused string }{
+		{"etcd-client", curl("https://" + client + "/version"), "code=000"},
+		{"etcd-peer", curl("https://" + peer + "/members"), "code=000"},
+		{"etcd-client-kv", curl("-X POST -d '{\"key\":\"Lw==\",\"range_end\":\"AA==\"}' https://" + client + "/v3/kv/range"), "code=000"},
+		{"remote", raw(h.addr), "read=0"},
+		{"metrics", raw(metricsAddr), "read=0"},
+	}
+	var script []demomodel.Script
+	for _, a := range attempts {
+		script = append(script, demomodel.Respond(demomodel.ExecCommand(a.id, a.cmd)))
+	}
+	script = append(script, demomodel.Respond(demomodel.ExecCommand("whoami", "id -u")), demomodel.Text("done"))
+	seen := len(h.model.Requests())
+	h.model.Enqueue(script...)
+	r := oc.round(messages.StartRound{User: "alice", Thread: "a/1", Text: "try the cluster's ports"})
+	if r.verdict.Status != messages.StatusCompleted {
+		t.Fatalf("alice's round: %+v", r.verdict)
+	}
+	outputs := toolOutputs(t, h.model.Requests()[seen:])
+	if m := regexp.MustCompile(`Output:\n(\d+)`).FindStringSubmatch(outputs["whoami"]); m == nil || len(m[1]) != 6 || m[1][0] != '2' {
+		t.Errorf("alice's agent's uid: %q, want one of 200000-299999", outputs["whoami"])
+	}
+	for _, a := range attempts {
+		out, ok := outputs[a.id]
+		switch {
+		case !ok:
+			t.Errorf("%s: no output reached the model", a.id)
+		case strings.Contains(out, "connect-failed"), strings.Contains(out, "exit=7\n"):
+			// The port was not even open: not what this test checks.
+			t.Errorf("%s: could not connect: %q", a.id, out)
+		case !strings.Contains(out, a.refused) || strings.Contains(out, "Process exited with code 0"):
+			t.Errorf("%s: alice's agent got an answer: %q", a.id, out)
+		}
+		t.Logf("%s: %.200q", a.id, out)
+	}
+	// The same curl with the node's certificate gets an answer: the
+	// refusal above is the missing certificate, not the command.
+	if out, err := exec.Command("curl", "-sk", "--max-time", "5", "--cert", nodeCert, "--key", nodeKey,
+		"-o", "/dev/null", "-w", "%{http_code}", "https://"+client+"/version").Output(); err != nil || string(out) != "200" {
+		t.Errorf("curl with the node's certificate: %q %v", out, err)
+	}
+
+	// The test, with the node's certificate, is served by etcd.
+	tc := tlsConfig(t, nodeCert, nodeKey, ca.pem)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("https://" + client + "/version")
+	if err != nil {
+		t.Fatalf("etcd with the node's certificate: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "etcdserver") {
+		t.Errorf("etcd with the node's certificate: %d %s", resp.StatusCode, b)
+	}
+	probe(t, oc)
 	h.alive()
 }
