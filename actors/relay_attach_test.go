@@ -1,12 +1,14 @@
 package actors
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
 
 // TestRelayedAttachAndInterrupt: a round runs on the owner b; a caller
@@ -87,4 +89,113 @@ func TestRelayedAttachUnknownRound(t *testing.T) {
 		defer pb.mu.Unlock()
 		return len(pb.released) == 1 && pb.released[0] == "bob"
 	})
+}
+
+// TestRelayedCallerLeftReachesOwner: a round owned by b runs for a caller
+// connected to member a. The caller goes, as b cannot see: its node drops
+// (a's relay tells b, DetachRound), a stops (its relay's end tells b too),
+// or a's node drops (b loses a's address, where its caller, the relay, is).
+// Each is the caller's departure on b: the caller grace, then the round is
+// interrupted, one verdict, kept for a caller attaching later. The
+// bystander, bob, whose caller is attached to b directly and stays, runs
+// on untouched.
+func TestRelayedCallerLeftReachesOwner(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(caller *remote.Remote, a *actor.Engine, rootA *actor.PID, remA *remote.Remote)
+	}{
+		{"caller dropped", func(caller *remote.Remote, _ *actor.Engine, _ *actor.PID, _ *remote.Remote) {
+			caller.Stop().Wait()
+		}},
+		{"relaying member stops", func(_ *remote.Remote, a *actor.Engine, rootA *actor.PID, _ *remote.Remote) {
+			<-a.Poison(rootA).Done()
+		}},
+		{"relaying member dropped", func(_ *remote.Remote, _ *actor.Engine, _ *actor.PID, remA *remote.Remote) {
+			remA.Stop().Wait()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			relayedCallerLeaves(t, tc.fault)
+		})
+	}
+}
+
+func relayedCallerLeaves(t *testing.T, fault func(*remote.Remote, *actor.Engine, *actor.PID, *remote.Remote)) {
+	const grace = 500 * time.Millisecond
+	pb := &fakePlacement{owner: func(string, int) (bool, string, error) { return true, "", nil }}
+	eb, rootb := member(t, fakeappserver.Config{ReplyText: "held", HoldTurns: true}, pb,
+		func(c *Config) { c.CallerGrace = grace })
+	events := tapEvents(t, eb)
+	pa := &fakePlacement{owner: func(string, int) (bool, string, error) { return false, eb.Address(), nil }}
+	ea, roota, rema := memberRemote(t, fakeappserver.Config{}, pa)
+	send := func(e *actor.Engine, to *actor.PID, c *caller, m any) {
+		t.Helper()
+		env, err := messages.Encode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.SendWithSender(to, env, c.pid)
+	}
+	toA, toB := actor.NewPID(ea.Address(), roota.ID), actor.NewPID(eb.Address(), rootb.ID)
+
+	// The bystander runs on b, its caller attached there directly.
+	cb, ceb, _ := remoteCaller(t)
+	send(ceb, toB, cb, messages.StartRound{RoundID: "bob-1", User: "bob", Thread: "t1", Text: "hi"})
+	cb.waitFirstEvent(t, "bob-1", 30*time.Second)
+
+	// Alice's round through a; then the fault.
+	c1, ce1, rem1 := remoteCaller(t)
+	send(ce1, toA, c1, messages.StartRound{RoundID: "r7", User: "alice", Thread: "t1", Text: "hi"})
+	c1.waitFirstEvent(t, "r7", 30*time.Second)
+	mark := events.mark()
+	fault(rem1, ea, roota, rema)
+	gone := time.Now()
+	waitEvent(t, events, mark, 30*time.Second, "for r7 on the owner", func(e CallerGone) bool { return e.RoundID == "r7" })
+	waitEvent(t, events, mark, 30*time.Second, "for r7 on the owner", func(e CallerGraceOver) bool { return e.RoundID == "r7" })
+	if d := time.Since(gone); d < grace {
+		t.Errorf("the owner gave up %v after the caller left, before the %v grace", d, grace)
+	}
+
+	// Attached later (on b: a may be gone): the one verdict, interrupted
+	// for the grace.
+	c2, ce2, _ := remoteCaller(t)
+	send(ce2, toB, c2, messages.AttachRound{User: "alice", RoundID: "r7"})
+	v := waitMsg[messages.RoundFinished](t, c2, 30*time.Second)
+	if v.RoundID != "r7" || v.Status != messages.StatusInterrupted || !strings.Contains(v.Error, "caller grace") {
+		t.Fatalf("verdict %+v, want r7 interrupted naming the caller grace", v)
+	}
+	if n := countEvents(events, mark, func(e CallerGraceOver) bool { return e.RoundID == "r7" }); n != 1 {
+		t.Errorf("the grace ran out %d times for r7, want once", n)
+	}
+
+	// The bystander never lost its caller; it is interrupted only when asked.
+	if n := countEvents(events, 0, func(e CallerGone) bool { return e.RoundID == "bob-1" }); n != 0 {
+		t.Errorf("bob's round lost its caller %d times", n)
+	}
+	send(ceb, toB, cb, messages.InterruptRound{User: "bob", Thread: "t1", RoundID: "bob-1"})
+	if v := waitMsg[messages.RoundFinished](t, cb, 30*time.Second); v.RoundID != "bob-1" || v.Status != messages.StatusInterrupted || strings.Contains(v.Error, "grace") {
+		t.Errorf("bob's verdict %+v, want interrupted by its own caller", v)
+	}
+}
+
+// TestDetachRoundIsNotPlaced: a DetachRound for a user the member does
+// not run claims nobody and is not relayed: the member looks nobody up.
+func TestDetachRoundIsNotPlaced(t *testing.T) {
+	pa := &fakePlacement{owner: func(string, int) (bool, string, error) { return false, "127.0.0.1:1", nil }}
+	ea, roota := member(t, fakeappserver.Config{}, pa)
+	c, ce, _ := remoteCaller(t)
+	for _, m := range []any{messages.DetachRound{User: "carol", RoundID: "r9"}, messages.DetachRound{User: "carol"}} {
+		env, err := messages.Encode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ce.SendWithSender(actor.NewPID(ea.Address(), roota.ID), env, c.pid)
+	}
+	// The second is invalid: its rejection comes after the first was handled.
+	if rj := waitMsg[messages.Rejected](t, c, 30*time.Second); !strings.Contains(rj.Reason, "round_id is empty") {
+		t.Fatalf("rejection %+v, want round_id is empty", rj)
+	}
+	if got := pa.seenHops(); len(got) != 0 {
+		t.Errorf("a looked up %d users for a detach, want none", len(got))
+	}
 }
