@@ -92,35 +92,41 @@ func TestRelayedAttachUnknownRound(t *testing.T) {
 }
 
 // TestRelayedCallerLeftReachesOwner: a round owned by b runs for a caller
-// connected to member a. The caller goes, as b cannot see: its node drops
-// (a's relay tells b, DetachRound), a stops (its relay's end tells b too),
-// or a's node drops (b loses a's address, where its caller, the relay, is).
-// Each is the caller's departure on b: the caller grace, then the round is
+// of member a. The caller goes, as b cannot see: its node drops, or (a
+// local caller, as the gateway's) it stops: a's relay tells b
+// (DetachRound); a stops (its relay's end tells b too); or a's node drops
+// (b loses a's address, where its caller, the relay, is). Each is the
+// caller's departure on b: the caller grace, then the round is
 // interrupted, one verdict, kept for a caller attaching later. The
 // bystander, bob, whose caller is attached to b directly and stays, runs
 // on untouched.
 func TestRelayedCallerLeftReachesOwner(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		fault func(caller *remote.Remote, a *actor.Engine, rootA *actor.PID, remA *remote.Remote)
+		local bool // the caller is an actor on a's engine
+		fault func(f relayFault)
 	}{
-		{"caller dropped", func(caller *remote.Remote, _ *actor.Engine, _ *actor.PID, _ *remote.Remote) {
-			caller.Stop().Wait()
-		}},
-		{"relaying member stops", func(_ *remote.Remote, a *actor.Engine, rootA *actor.PID, _ *remote.Remote) {
-			<-a.Poison(rootA).Done()
-		}},
-		{"relaying member dropped", func(_ *remote.Remote, _ *actor.Engine, _ *actor.PID, remA *remote.Remote) {
-			remA.Stop().Wait()
-		}},
+		{"caller dropped", false, func(f relayFault) { f.callerRem.Stop().Wait() }},
+		{"local caller stopped", true, func(f relayFault) { <-f.a.Poison(f.caller).Done() }},
+		{"relaying member stops", false, func(f relayFault) { <-f.a.Poison(f.rootA).Done() }},
+		{"relaying member dropped", false, func(f relayFault) { f.remA.Stop().Wait() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			relayedCallerLeaves(t, tc.fault)
+			relayedCallerLeaves(t, tc.local, tc.fault)
 		})
 	}
 }
 
-func relayedCallerLeaves(t *testing.T, fault func(*remote.Remote, *actor.Engine, *actor.PID, *remote.Remote)) {
+// relayFault is what a fault of relayedCallerLeaves may act on.
+type relayFault struct {
+	caller    *actor.PID
+	callerRem *remote.Remote // nil for a local caller
+	a         *actor.Engine
+	rootA     *actor.PID
+	remA      *remote.Remote
+}
+
+func relayedCallerLeaves(t *testing.T, local bool, fault func(relayFault)) {
 	const grace = 500 * time.Millisecond
 	pb := &fakePlacement{owner: func(string, int) (bool, string, error) { return true, "", nil }}
 	eb, rootb := member(t, fakeappserver.Config{ReplyText: "held", HoldTurns: true}, pb,
@@ -144,12 +150,21 @@ func relayedCallerLeaves(t *testing.T, fault func(*remote.Remote, *actor.Engine,
 	cb.waitFirstEvent(t, "bob-1", 30*time.Second)
 
 	// Alice's round through a; then the fault.
-	c1, ce1, rem1 := remoteCaller(t)
+	f := relayFault{a: ea, rootA: roota, remA: rema}
+	var c1 *caller
+	ce1 := ea
+	if local {
+		h := &harness{t: t, engine: ea}
+		c1 = h.caller()
+	} else {
+		c1, ce1, f.callerRem = remoteCaller(t)
+	}
+	f.caller = c1.pid
 	send(ce1, toA, c1, messages.StartRound{RoundID: "r7", User: "alice", Thread: "t1", Text: "hi"})
 	c1.waitFirstEvent(t, "r7", 30*time.Second)
 	mark := events.mark()
-	fault(rem1, ea, roota, rema)
-	gone := time.Now()
+	gone := time.Now() // before: the owner may hear of it before fault returns
+	fault(f)
 	waitEvent(t, events, mark, 30*time.Second, "for r7 on the owner", func(e CallerGone) bool { return e.RoundID == "r7" })
 	waitEvent(t, events, mark, 30*time.Second, "for r7 on the owner", func(e CallerGraceOver) bool { return e.RoundID == "r7" })
 	if d := time.Since(gone); d < grace {
