@@ -46,7 +46,10 @@ type relayTimeout struct{}
 // owner leaves the cluster first (dies, is fenced, stops), a round ends
 // with a failed verdict marked Retryable, within about the lease TTL. It
 // is the sender the owner sees, so the owner's edge authorizes this
-// member's identity (docs/SECURITY.md#cluster-members).
+// member's identity (docs/SECURITY.md#cluster-members), and the owner's
+// round log takes it for the caller: so it watches the real caller, and
+// when that caller goes (or the relay stops first) it tells the owner
+// (DetachRound), whose log then runs the caller grace.
 type relayActor struct {
 	cfg     *tree
 	log     *slog.Logger
