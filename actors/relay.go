@@ -210,12 +210,18 @@ func (r *relayActor) detach(c *actor.Context) {
 }
 
 // fail ends the relay with a retryable verdict (or a refusal, for a
-// request that is not a round).
+// request that is not a round). The owner is told the relay left, too: a
+// connection that broke while the owner lives (or an owner that left the
+// cluster but still runs the round) would otherwise keep a round going
+// for a caller that has its verdict and sends the round again, behind it
+// on the thread. A dead owner never gets it (the dial fails, off the
+// router, bounded by the remote's dial timeout).
 func (r *relayActor) fail(c *actor.Context, why string) {
 	if r.done {
 		return
 	}
 	r.verdict(c, why)
+	r.detach(c)
 	r.finish(c)
 }
 

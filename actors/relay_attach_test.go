@@ -95,24 +95,32 @@ func TestRelayedAttachUnknownRound(t *testing.T) {
 // of member a. The caller goes, as b cannot see: its node drops, or (a
 // local caller, as the gateway's) it stops: a's relay tells b
 // (DetachRound); a stops (its relay's end tells b too); or a's node drops
-// (b loses a's address, where its caller, the relay, is). Each is the
+// (b loses a's address, where its caller, the relay, is); or a's relay
+// loses b's address while b lives (the caller gets its retryable verdict
+// and b is told the relay left). Each is the
 // caller's departure on b: the caller grace, then the round is
 // interrupted, one verdict, kept for a caller attaching later. The
 // bystander, bob, whose caller is attached to b directly and stays, runs
 // on untouched.
 func TestRelayedCallerLeftReachesOwner(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		local bool // the caller is an actor on a's engine
-		fault func(f relayFault)
+		name    string
+		local   bool // the caller is an actor on a's engine
+		verdict bool // the caller stays and gets the relay's verdict
+		fault   func(f relayFault)
 	}{
-		{"caller dropped", false, func(f relayFault) { f.callerRem.Stop().Wait() }},
-		{"local caller stopped", true, func(f relayFault) { <-f.a.Poison(f.caller).Done() }},
-		{"relaying member stops", false, func(f relayFault) { <-f.a.Poison(f.rootA).Done() }},
-		{"relaying member dropped", false, func(f relayFault) { f.remA.Stop().Wait() }},
+		{"caller dropped", false, false, func(f relayFault) { f.callerRem.Stop().Wait() }},
+		{"local caller stopped", true, false, func(f relayFault) { <-f.a.Poison(f.caller).Done() }},
+		{"relaying member stops", false, false, func(f relayFault) { <-f.a.Poison(f.rootA).Done() }},
+		{"relaying member dropped", false, false, func(f relayFault) { f.remA.Stop().Wait() }},
+		// The relay's connection to the owner breaks while both live: the
+		// caller gets its retryable verdict, and the owner is told.
+		{"owner unreachable from the relay", false, true, func(f relayFault) {
+			f.a.BroadcastEvent(actor.RemoteUnreachableEvent{ListenAddr: f.owner})
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			relayedCallerLeaves(t, tc.local, tc.fault)
+			relayedCallerLeaves(t, tc.local, tc.verdict, tc.fault)
 		})
 	}
 }
@@ -124,9 +132,10 @@ type relayFault struct {
 	a         *actor.Engine
 	rootA     *actor.PID
 	remA      *remote.Remote
+	owner     string // b's address
 }
 
-func relayedCallerLeaves(t *testing.T, local bool, fault func(relayFault)) {
+func relayedCallerLeaves(t *testing.T, local, verdict bool, fault func(relayFault)) {
 	const grace = 500 * time.Millisecond
 	pb := &fakePlacement{owner: func(string, int) (bool, string, error) { return true, "", nil }}
 	eb, rootb := member(t, fakeappserver.Config{ReplyText: "held", HoldTurns: true}, pb,
@@ -150,7 +159,7 @@ func relayedCallerLeaves(t *testing.T, local bool, fault func(relayFault)) {
 	cb.waitFirstEvent(t, "bob-1", 30*time.Second)
 
 	// Alice's round through a; then the fault.
-	f := relayFault{a: ea, rootA: roota, remA: rema}
+	f := relayFault{a: ea, rootA: roota, remA: rema, owner: eb.Address()}
 	var c1 *caller
 	ce1 := ea
 	if local {
@@ -165,6 +174,11 @@ func relayedCallerLeaves(t *testing.T, local bool, fault func(relayFault)) {
 	mark := events.mark()
 	gone := time.Now() // before: the owner may hear of it before fault returns
 	fault(f)
+	if verdict { // the caller is still there: the relay's verdict
+		if v := waitMsg[messages.RoundFinished](t, c1, 30*time.Second); v.RoundID != "r7" || v.Status != messages.StatusFailed || !v.Retryable {
+			t.Errorf("the caller's verdict %+v, want r7 failed and retryable", v)
+		}
+	}
 	waitEvent(t, events, mark, 30*time.Second, "for r7 on the owner", func(e CallerGone) bool { return e.RoundID == "r7" })
 	waitEvent(t, events, mark, 30*time.Second, "for r7 on the owner", func(e CallerGraceOver) bool { return e.RoundID == "r7" })
 	if d := time.Since(gone); d < grace {
