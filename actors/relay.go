@@ -46,7 +46,10 @@ type relayTimeout struct{}
 // owner leaves the cluster first (dies, is fenced, stops), a round ends
 // with a failed verdict marked Retryable, within about the lease TTL. It
 // is the sender the owner sees, so the owner's edge authorizes this
-// member's identity (docs/SECURITY.md#cluster-members).
+// member's identity (docs/SECURITY.md#cluster-members), and the owner's
+// round log takes it for the caller: so it watches the real caller, and
+// when that caller goes (or the relay stops first) it tells the owner
+// (DetachRound), whose log then runs the caller grace.
 type relayActor struct {
 	cfg     *tree
 	log     *slog.Logger
@@ -64,8 +67,8 @@ type relayActor struct {
 	done bool
 }
 
-// roundRef names the round a relay streams.
-type roundRef struct{ id, thread string }
+// roundRef names the round a relay streams, and its user.
+type roundRef struct{ user, id, thread string }
 
 func newRelay(cfg *tree, to *actor.PID, msg any, replyTo *actor.PID, release func(), gone <-chan struct{}) actor.Producer {
 	return func() actor.Receiver {
@@ -73,9 +76,9 @@ func newRelay(cfg *tree, to *actor.PID, msg any, replyTo *actor.PID, release fun
 			to: to, msg: msg, replyTo: replyTo, release: release, gone: gone, stop: make(chan struct{})}
 		switch m := msg.(type) {
 		case messages.StartRound:
-			r.round = &roundRef{id: m.RoundID, thread: m.Thread}
+			r.round = &roundRef{user: m.User, id: m.RoundID, thread: m.Thread}
 		case messages.AttachRound:
-			r.round = &roundRef{id: m.RoundID}
+			r.round = &roundRef{user: m.User, id: m.RoundID}
 		}
 		return r
 	}
@@ -98,8 +101,16 @@ func (r *relayActor) Receive(c *actor.Context) {
 		r.fail(c, "the member owning this user did not answer")
 		return
 	case actor.RemoteUnreachableEvent:
-		if m.ListenAddr == r.to.Address {
+		switch {
+		case m.ListenAddr == r.to.Address:
 			r.fail(c, fmt.Sprintf("the member owning this user (%s) cannot be reached; send it again", r.to.Address))
+		case r.replyTo != nil && m.ListenAddr == r.replyTo.Address && m.ListenAddr != c.Engine().Address():
+			r.callerLeft(c) // a remote caller's connection is lost
+		}
+		return
+	case actor.ActorStoppedEvent:
+		if r.replyTo != nil && m.PID.Equals(r.replyTo) {
+			r.callerLeft(c) // a local caller (the gateway's) stopped
 		}
 		return
 	}
@@ -172,13 +183,45 @@ func (r *relayActor) mine(msg any) bool {
 	return true
 }
 
+// callerLeft ends a relayed round whose caller went: the owner is told
+// (DetachRound), so that its round log runs the caller grace as for a
+// caller of its own, and nobody is left to get a verdict.
+func (r *relayActor) callerLeft(c *actor.Context) {
+	if r.done || r.round == nil {
+		return // a request's one answer has nobody to wait for it either; its timeout ends it
+	}
+	r.log.Info("the caller of a relayed round is gone; telling the owner", "round", r.round.id)
+	r.detach(c)
+	r.finish(c)
+}
+
+// detach tells the owner that this relay no longer listens to its round:
+// the owner's round log drops this relay (its sender) and no other caller.
+func (r *relayActor) detach(c *actor.Context) {
+	if r.round == nil {
+		return
+	}
+	env, err := messages.Encode(messages.DetachRound{User: r.round.user, RoundID: r.round.id})
+	if err != nil {
+		r.log.Warn("cannot encode a detach for the owner", "err", err)
+		return
+	}
+	c.Engine().SendWithSender(r.to, env, c.PID())
+}
+
 // fail ends the relay with a retryable verdict (or a refusal, for a
-// request that is not a round).
+// request that is not a round). The owner is told the relay left, too: a
+// connection that broke while the owner lives (or an owner that left the
+// cluster but still runs the round) would otherwise keep a round going
+// for a caller that has its verdict and sends the round again, behind it
+// on the thread. A dead owner never gets it (the dial fails, off the
+// router, bounded by the remote's dial timeout).
 func (r *relayActor) fail(c *actor.Context, why string) {
 	if r.done {
 		return
 	}
 	r.verdict(c, why)
+	r.detach(c)
 	r.finish(c)
 }
 
@@ -206,6 +249,7 @@ func (r *relayActor) finish(c *actor.Context) {
 func (r *relayActor) shutdown(c *actor.Context) {
 	if !r.done {
 		r.verdict(c, "this member is stopping; send it again")
+		r.detach(c) // the owner's round log no longer waits on this relay
 	}
 	r.done = true
 	c.Engine().Unsubscribe(c.PID())

@@ -10,6 +10,7 @@ import (
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
 
 func TestRelayHops(t *testing.T) {
@@ -93,7 +94,15 @@ func (p *fakePlacement) seenHops() []int {
 }
 
 // member is one daemon's tree on a remote engine, its placement scripted.
-func member(t *testing.T, fc fakeappserver.Config, p *fakePlacement) (*actor.Engine, *actor.PID) {
+func member(t *testing.T, fc fakeappserver.Config, p *fakePlacement, opts ...func(*Config)) (*actor.Engine, *actor.PID) {
+	t.Helper()
+	e, root, _ := memberRemote(t, fc, p, opts...)
+	return e, root
+}
+
+// memberRemote is member with its remote, which a test may stop (a
+// member's death as its peers see it).
+func memberRemote(t *testing.T, fc fakeappserver.Config, p *fakePlacement, opts ...func(*Config)) (*actor.Engine, *actor.PID, *remote.Remote) {
 	t.Helper()
 	l, err := fakeappserver.Relaunch(fc, "")
 	if err != nil {
@@ -101,10 +110,14 @@ func member(t *testing.T, fc fakeappserver.Config, p *fakePlacement) (*actor.Eng
 	}
 	e, rem := remoteEngine(t)
 	homes := t.TempDir()
-	root, err := SpawnRoot(e, Config{
+	cfg := Config{
 		Homes: homes, Workspace: t.TempDir(), CodexBin: l.Path, CodexArgs: l.Args, CodexEnv: l.Env,
 		StopGrace: time.Second,
-	}, Deps{Logger: testLogger(t), Placement: p})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	root, err := SpawnRoot(e, cfg, Deps{Logger: testLogger(t), Placement: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +128,7 @@ func member(t *testing.T, fc fakeappserver.Config, p *fakePlacement) (*actor.Eng
 		rem.Stop().Wait()
 		checkNoAppServers(t, homes)
 	})
-	return e, root
+	return e, root, rem
 }
 
 // TestRelayedRound: a round sent to a member that does not own the user is

@@ -143,6 +143,8 @@ func (r *rootActor) Receive(c *actor.Context) {
 		r.forward(c, m.User, m)
 	case messages.AttachRound:
 		r.attach(c, m)
+	case messages.DetachRound:
+		r.detach(c, m)
 	case messages.StartLogin:
 		r.toUser(c, m.User, m, m.Validate())
 	case messages.CancelLogin:
@@ -313,6 +315,20 @@ func (r *rootActor) attach(c *actor.Context, m messages.AttachRound) {
 	// In a cluster the round runs on the user's owner: a caller attached
 	// to another member is relayed there, like a round.
 	r.place(c, m.User, m, replyTo, func(c *actor.Context) { r.attachHere(c, m, replyTo) })
+}
+
+// detach hands a DetachRound to its user's actor, if this member runs
+// one: it is never placed or relayed (a detach must not claim a user, nor
+// reach a round the sender did not attach to here), and nothing answers
+// it. The round log detaches the sender only.
+func (r *rootActor) detach(c *actor.Context, m messages.DetachRound) {
+	if err := m.Validate(); err != nil {
+		r.reject(c, err)
+		return
+	}
+	if u := r.users[m.User]; u != nil && !u.stopping && c.Sender() != nil {
+		c.Engine().SendWithSender(u.pid, m, c.Sender())
+	}
 }
 
 // attachHere hands an AttachRound placed here to its user's actor.

@@ -158,6 +158,12 @@ func (l *roundLog) Receive(c *actor.Context) {
 		if m.PID.Address == l.engine.Address() {
 			l.lost(func(p *actor.PID) bool { return p.Equals(m.PID) })
 		}
+	case messages.DetachRound:
+		// A caller says it left (another member's relay, whose caller
+		// went): that caller only, whatever else it names.
+		if from := c.Sender(); from != nil {
+			l.lost(func(p *actor.PID) bool { return p.Equals(from) })
+		}
 	case graceOver:
 		l.graceOver(m)
 	case retentionOver:

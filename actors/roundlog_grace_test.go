@@ -89,3 +89,69 @@ func TestCallerGraceOnFakeClock(t *testing.T) {
 		<-e.Poison(c3).Done()
 	})
 }
+
+// A DetachRound is a caller's departure, on a fake clock: from a sender
+// that is not attached (a hostile peer, or another member's relay) it
+// detaches nobody and starts no grace; from the attached caller (the relay
+// whose own caller left) it starts the grace, and at the grace, not
+// before, the round is given up.
+func TestDetachRoundOnFakeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, err := actor.NewEngine(actor.NewEngineConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		const grace = 30 * time.Second
+		cfg := *mustTree(t, Config{Homes: t.TempDir(), Workspace: t.TempDir(), CallerGrace: grace}, Deps{})
+		cfg.rounds.enter()
+		parentGot := make(chan any, 16)
+		spawn := func(name string) *actor.PID {
+			return e.SpawnFunc(func(*actor.Context) {}, name)
+		}
+		relay, stranger := spawn("relay"), spawn("stranger")
+		var log *actor.PID
+		parent := e.SpawnFunc(func(c *actor.Context) {
+			switch m := c.Message().(type) {
+			case actor.Started:
+				log = c.SpawnChild(newRoundLog(&cfg, roundRequest{StartRound: messages.StartRound{User: "u", Thread: "t", RoundID: "d-1"},
+					replyTo: relay}, "r1", nil, nil), "log", spawnOpts("r1", cfg.Logger, nil)...)
+			case dropQueued:
+				parentGot <- m
+				e.Send(log, messages.RoundFinished{RoundID: m.roundID, Thread: m.thread, Status: messages.StatusInterrupted})
+			case logFinished:
+				parentGot <- m
+			}
+		}, "user")
+		synctest.Wait()
+
+		// A stranger's detach, naming the round: nothing, ever.
+		e.SendWithSender(log, messages.DetachRound{User: "u", RoundID: "d-1"}, stranger)
+		e.Send(log, messages.DetachRound{User: "u", RoundID: "d-1"}) // no sender at all
+		synctest.Wait()
+		time.Sleep(2 * grace)
+		synctest.Wait()
+		if len(parentGot) != 0 {
+			t.Fatalf("a stranger's detach gave the round up: %#v", <-parentGot)
+		}
+
+		// The relay's own detach: the grace runs, then the round is given up.
+		e.SendWithSender(log, messages.DetachRound{User: "u", RoundID: "d-1"}, relay)
+		synctest.Wait()
+		time.Sleep(grace - time.Second)
+		synctest.Wait()
+		if len(parentGot) != 0 {
+			t.Fatalf("given up before the grace: %#v", <-parentGot)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if len(parentGot) != 2 {
+			t.Fatalf("after the grace the user actor got %d messages, want dropQueued then logFinished", len(parentGot))
+		}
+		if d, ok := (<-parentGot).(dropQueued); !ok || d.roundID != "d-1" {
+			t.Errorf("first %#v, want dropQueued d-1", d)
+		}
+		for _, p := range []*actor.PID{parent, relay, stranger} {
+			<-e.Poison(p).Done()
+		}
+	})
+}

@@ -128,6 +128,10 @@ func (u *userActor) Receive(c *actor.Context) {
 	case attachRequest:
 		u.active()
 		u.attach(c, m)
+	case messages.DetachRound: // not activity: a departure keeps no user alive
+		if k := u.rounds[m.RoundID]; k != nil {
+			c.Engine().SendWithSender(k.log, m, c.Sender())
+		}
 	case logFinished:
 		u.logFinished(c, m)
 	case logExpired:

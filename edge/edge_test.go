@@ -150,6 +150,8 @@ func TestKindOf(t *testing.T) {
 		{messages.ModelsRequest{User: "u"}, KindAccount},
 		{messages.RateLimitsRequest{User: "u"}, KindAccount},
 		{messages.WarmUp{User: "u"}, KindRounds},
+		{messages.AttachRound{User: "u"}, KindRounds},
+		{messages.DetachRound{User: "u"}, KindRounds},
 	} {
 		k, u, ok := KindOf(tc.msg)
 		if !ok || k != tc.kind || u != "u" {

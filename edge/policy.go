@@ -18,7 +18,7 @@ type Kind string
 
 // The kinds of the authorization file.
 const (
-	KindRounds  Kind = "rounds"  // StartRound, AttachRound, WarmUp, ArchiveThread, ForkThread, CompactThread
+	KindRounds  Kind = "rounds"  // StartRound, AttachRound, DetachRound, WarmUp, ArchiveThread, ForkThread, CompactThread
 	KindControl Kind = "control" // InterruptRound, SteerRound, AnswerRequest, UsageRequest
 	KindLogin   Kind = "login"   // StartLogin, CancelLogin, SetAPIKey, Logout
 	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest, ListThreads, ReadThread
@@ -44,6 +44,8 @@ func KindOf(msg any) (k Kind, user string, ok bool) {
 	case messages.AnswerRequest:
 		return KindControl, m.User, true
 	case messages.AttachRound:
+		return KindRounds, m.User, true
+	case messages.DetachRound:
 		return KindRounds, m.User, true
 	case messages.StartLogin:
 		return KindLogin, m.User, true

@@ -131,6 +131,20 @@ type AttachRound struct {
 	ReplyTo  *PID   `msgpack:"reply_to,omitempty"`
 }
 
+// DetachRound tells the daemon that the sender, attached to User's round
+// RoundID (it started the round or attached to it), no longer listens: the
+// round log drops that one caller, and with nobody left the caller grace
+// begins, as when a caller's connection is lost. It detaches only the
+// sender's own address (no other caller, whatever it names), and only at
+// the member that receives it: it is never relayed, and a user this member
+// does not run is left alone. A cluster member's relay sends it to the
+// owner when its own caller goes, so the owner learns of a departure it
+// cannot see. Nothing answers it.
+type DetachRound struct {
+	User    string `msgpack:"user,omitempty"`
+	RoundID string `msgpack:"round_id,omitempty"`
+}
+
 // StatusNotFound is the verdict on an AttachRound (or an AnswerRequest's
 // round) the daemon does not know.
 const StatusNotFound VerdictStatus = "not_found"

@@ -70,6 +70,7 @@ func buildCatalog() *registry {
 	register[SteerRound](r, "steer_round.v1")
 	register[RoundControlled](r, "round_controlled.v1")
 	register[AttachRound](r, "attach_round.v1")
+	register[DetachRound](r, "detach_round.v1")
 	register[AnswerRequest](r, "answer_request.v1")
 	register[WarmUp](r, "warm_up.v1")
 	register[WarmedUp](r, "warmed_up.v1")

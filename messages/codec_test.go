@@ -34,6 +34,7 @@ func samples() []any {
 			Questions: []Question{{ID: "a", Header: "H", Question: "Q?", Options: []string{"yes", "no"}}}, Outcome: "o",
 		}},
 		AttachRound{User: "u1", RoundID: "r-1", AfterSeq: 7, ReplyTo: &PID{Address: "127.0.0.1:4001", ID: "mesh/client/8"}},
+		DetachRound{User: "u1", RoundID: "r-1"},
 		AnswerRequest{User: "u1", RoundID: "r-1", RequestID: "q-1", Decision: DecisionAccept,
 			Answers: map[string][]string{"a": {"yes"}}, Content: `{"x":1}`},
 		RoundEvent{RoundID: "r-1", Seq: 1, Kind: KindText, Text: "del", ItemID: "item-1"},

@@ -92,6 +92,15 @@ func (m AttachRound) Validate() error {
 	return c.err
 }
 
+// Validate checks a DetachRound received from a peer: User and RoundID
+// are required.
+func (m DetachRound) Validate() error {
+	c := checker{name: "detach_round.v1"}
+	c.user(m.User)
+	c.id("round_id", m.RoundID, MaxIDLen, true)
+	return c.err
+}
+
 // Validate checks an AnswerRequest received from a peer: User, RoundID
 // and RequestID are required, Decision is known, at most MaxAnswers
 // answers of bounded text, and Content is bounded.

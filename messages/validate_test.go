@@ -142,6 +142,9 @@ func TestOtherValidate(t *testing.T) {
 		{"attach_round.v1", AttachRound{User: "u", RoundID: "r", AfterSeq: 9}, ""},
 		{"attach_round.v1", AttachRound{User: "u"}, "round_id is empty"},
 		{"attach_round.v1", AttachRound{User: "u", RoundID: "r", ReplyTo: &PID{Address: "a"}}, "reply_to.id is empty"},
+		{"detach_round.v1", DetachRound{User: "u", RoundID: "r"}, ""},
+		{"detach_round.v1", DetachRound{User: "u"}, "round_id is empty"},
+		{"detach_round.v1", DetachRound{RoundID: "r"}, "user is empty"},
 		{"answer_request.v1", AnswerRequest{User: "u", RoundID: "r", RequestID: "q", Decision: DecisionAccept}, ""},
 		{"answer_request.v1", AnswerRequest{User: "u", RoundID: "r", RequestID: "q", Answers: map[string][]string{"a": {"b"}}}, ""},
 		{"answer_request.v1", AnswerRequest{User: "u", RoundID: "r"}, "request_id is empty"},
@@ -160,7 +163,7 @@ func TestOtherValidate(t *testing.T) {
 // has a Validate method.
 func TestCommandsValidate(t *testing.T) {
 	for _, v := range []any{StartRound{}, InterruptRound{}, SteerRound{}, StartLogin{}, CancelLogin{},
-		SetAPIKey{}, Logout{}, AccountRequest{}, ModelsRequest{}, RateLimitsRequest{}, AttachRound{}, AnswerRequest{}, WarmUp{}} {
+		SetAPIKey{}, Logout{}, AccountRequest{}, ModelsRequest{}, RateLimitsRequest{}, AttachRound{}, DetachRound{}, AnswerRequest{}, WarmUp{}} {
 		if _, ok := v.(interface{ Validate() error }); !ok {
 			t.Errorf("%T has no Validate method", v)
 		}

@@ -28,8 +28,15 @@ type cliLine struct {
 // returns the events it printed (seqs) and the text so far.
 func killedCLICaller(t *testing.T, ctx context.Context, rig *callerRig, user, thread, roundID string) (seqs []uint64, text string) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, rig.exe, "round", "--addr", rig.addr, "--user", user, "--thread", thread,
-		"--round-id", roundID, "--json", "count")
+	return killedCLICallerAt(t, ctx, rig.exe, rig.addr, user, thread, roundID, "count")
+}
+
+// killedCLICallerAt is killedCLICaller with the daemon at addr and the
+// round's text.
+func killedCLICallerAt(t *testing.T, ctx context.Context, exe, addr, user, thread, roundID, prompt string) (seqs []uint64, text string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, exe, "round", "--addr", addr, "--user", user, "--thread", thread,
+		"--round-id", roundID, "--json", prompt)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
