@@ -180,7 +180,10 @@ func (q *Quota) Bound(home string) error {
 			return fmt.Errorf("project quota of %s: %w", home, err)
 		}
 	}
-	return q.setLimits(home, id, q.size, q.inodes)
+	q.mu.Lock()
+	size, inodes := q.size, q.inodes
+	q.mu.Unlock()
+	return q.setLimits(home, id, size, inodes)
 }
 
 // SetSize sets a new limit on each home given (a SIGHUP's reload): one
@@ -408,12 +411,11 @@ type QuotaFS struct {
 	img string
 }
 
-// MakeQuotaFS makes a sparse ext4 image of size bytes in dir (quota and
-// project features), and mounts it with prjquota on dir/mnt. The error
-// says what the host lacks (root, mkfs.ext4, loop devices, a kernel with
-// quota support).
-func MakeQuotaFS(ctx context.Context, dir string, size int64) (*QuotaFS, error) {
-	img, mnt := filepath.Join(dir, "quota.img"), filepath.Join(dir, "mnt")
+// MakeQuotaFS makes a sparse ext4 image of size bytes at img (quota and
+// project features), and mounts it with prjquota on mnt (made if need
+// be). The error says what the host lacks (root, mkfs.ext4, loop devices,
+// a kernel with quota support); nothing is left behind then.
+func MakeQuotaFS(ctx context.Context, img, mnt string, size int64) (*QuotaFS, error) {
 	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, err
@@ -435,7 +437,6 @@ func MakeQuotaFS(ctx context.Context, dir string, size int64) (*QuotaFS, error) 
 		return nil, err
 	}
 	if out, err := exec.CommandContext(ctx, "mount", "-t", "ext4", "-o", "loop,prjquota,nosuid,nodev", img, mnt).CombinedOutput(); err != nil {
-		os.Remove(mnt)
 		os.Remove(img)
 		return nil, fmt.Errorf("mounting an ext4 image with prjquota (the kernel needs CONFIG_QUOTA and CONFIG_QFMT_V2): %v: %.200s", err, out)
 	}
@@ -448,5 +449,5 @@ func (q *QuotaFS) Close() error {
 	if err := unmount(q.Dir); err != nil {
 		return err
 	}
-	return errors.Join(os.Remove(q.Dir), os.Remove(q.img))
+	return os.Remove(q.img)
 }

@@ -41,7 +41,7 @@ func quotaHomes(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	qfs, err := MakeQuotaFS(ctx, dir, 64<<20)
+	qfs, err := MakeQuotaFS(ctx, filepath.Join(dir, "quota.img"), filepath.Join(dir, "mnt"), 64<<20)
 	if err != nil {
 		t.Skipf("no project quotas on this host: %v", err)
 	}
@@ -211,5 +211,52 @@ func TestProjectIDsDoNotCollide(t *testing.T) {
 	}
 	if _, err := q.projID(bob); err == nil {
 		t.Error("a record of project 0 was accepted")
+	}
+}
+
+// TestDiskChoosesItsBound: the choice order. Without user namespaces in
+// the sandboxes (or where the homes' filesystem has no project quotas) a
+// Disk bounds homes with images and says why not quotas; an image's size
+// is not changed by a reload. With both, a Disk bounds homes with project
+// quotas, and a reload's size reaches the bound homes.
+func TestDiskChoosesItsBound(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("images and quotas need root")
+	}
+	homes := t.TempDir()
+	d, err := OpenDiskOn(homes, 16<<20, false)
+	if err != nil {
+		t.Skip(err) // no mkfs.ext4 or loop devices: neither bound
+	}
+	if d.Kind() != "image" || d.NoQuota() == nil || !strings.Contains(d.NoQuota().Error(), "user namespaces") {
+		t.Errorf("without user namespaces: %q, %v; want images and why not quotas", d.Kind(), d.NoQuota())
+	}
+	if err := d.SetSize(32 << 20); err == nil || d.Size() != 16<<20 {
+		t.Errorf("an image's reload: %v, size %d; want refused, 16MiB kept", err, d.Size())
+	}
+	if none, err := OpenDiskOn(homes, 0, true); err != nil || none.Kind() != "" {
+		t.Errorf("no disk limit: %q, %v", none.Kind(), err)
+	}
+
+	homes = quotaHomes(t)
+	d, err = OpenDiskOn(homes, 16<<20, true)
+	if err != nil || d.Kind() != "project quota" {
+		t.Fatalf("on a filesystem with project quotas: %q, %v", d.Kind(), err)
+	}
+	home := filepath.Join(homes, "alice", ".codex")
+	if err := d.Mount(context.Background(), home, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := isMountpoint(home); ok {
+		t.Error("a home bounded by a quota was mounted")
+	}
+	if err := d.SetSize(24 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if u, ok := d.Usage(home); !ok || u.Size != 24<<20 {
+		t.Errorf("after a reload to 24MiB: %+v, %v", u, ok)
+	}
+	if err := d.Close(); err != nil {
+		t.Error(err)
 	}
 }
