@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/meshweaver/supervisor/isolate"
 	"github.com/meshweaver/supervisor/store"
 )
 
@@ -89,7 +90,11 @@ func OpenQuota(homes string, size int64) (*Quota, error) {
 // ProjectQuotas says why the filesystem of dir does not enforce project
 // quotas, or nil where it does.
 func ProjectQuotas(dir string) error {
-	f, err := os.Open(existing(dir))
+	at, _, err := isolate.Existing(dir)
+	if err != nil {
+		return fmt.Errorf("project quotas: %w", err)
+	}
+	f, err := os.Open(at)
 	if err != nil {
 		return fmt.Errorf("project quotas: %w", err)
 	}
@@ -108,16 +113,6 @@ func ProjectQuotas(dir string) error {
 		return errors.New("the homes' filesystem counts project quotas but does not enforce them: mount it with prjquota")
 	}
 	return nil
-}
-
-// existing is the deepest part of path that exists.
-func existing(path string) string {
-	for {
-		if _, err := os.Stat(path); err == nil || filepath.Dir(path) == path {
-			return path
-		}
-		path = filepath.Dir(path)
-	}
 }
 
 func fsName(t int64) string {
