@@ -345,3 +345,30 @@ func TestUserDiskQuotaContainsAFill(t *testing.T) {
 	}
 	e.round(messages.StartRound{User: "bob", Thread: "b/1", Text: "hi"}).mustComplete(t)
 }
+
+// TestCheckNamesTheDiskBound: serve --check says how homes would be
+// bounded: by project quota, or by image with why not project quotas.
+func TestCheckNamesTheDiskBound(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("images need root")
+	}
+	if _, err := contain.OpenDisk(64 << 20); err != nil {
+		t.Skip(err)
+	}
+	o := limitOptions{memory: "auto", pids: "auto", cpu: "auto", disk: "64MiB", cgroupVersion: "auto"}
+	homes := t.TempDir()
+	for _, userns := range []bool{false, true} {
+		rep, disk, err := o.check(homes, "", userns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		quotas := contain.ProjectQuotas(homes) == nil && userns
+		if quotas && disk != "project quota" || !quotas && !strings.HasPrefix(disk, "image (no project quotas: ") {
+			t.Errorf("userns %v: disk bound %q", userns, disk)
+		}
+		if line := describeEnforced(rep, disk); !strings.Contains(line, "disk by "+disk) {
+			t.Errorf("the --check line %q does not name the disk bound", line)
+		}
+		t.Logf("userns %v: %s", userns, describeEnforced(rep, disk))
+	}
+}
