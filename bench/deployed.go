@@ -96,9 +96,7 @@ func (r *run) deployed(ctx context.Context) (err error) {
 			}
 			// serve's default limits, which protect a node whose operator
 			// set none (no home image: that needs --user-disk-max).
-			o := limitsOptions()
-			o.Limits = contain.Defaults()
-			node, err := contain.Open(o)
+			node, err := contain.Open(limitsOptions("deployed", contain.Defaults()))
 			if err != nil {
 				return err
 			}

@@ -644,6 +644,22 @@ func quota(cpu float64) (int64, uint64) {
 	return int64(math.Round(cpu * period)), period
 }
 
+// burst is the CFS burst a cap of cpu cores gets (microseconds; 0 for no
+// cap): a whole period's quota, the most the kernel accepts (burst ≤
+// quota). What a group left unused of its quota, up to that, it may spend
+// on top of the quota later, so a CLI's start, which runs several threads
+// at once for a moment after being idle, is not throttled, while a
+// spinner that uses its whole quota every period saves nothing and stays
+// held to the cap. The kernel fills the burst when it is written, so a
+// new group's first start has it too.
+func burst(cpu float64) int64 {
+	if cpu <= 0 {
+		return 0
+	}
+	q, _ := quota(cpu)
+	return q
+}
+
 // memTotal is the node's memory, from /proc/meminfo.
 func memTotal() (int64, error) {
 	data, err := os.ReadFile("/proc/meminfo")

@@ -91,8 +91,10 @@ func TestV2LimitsOnAFakeTree(t *testing.T) {
 	if err := os.MkdirAll(top, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(top, "memory.swap.max"), []byte("max"), 0o644); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"memory.swap.max", "cpu.max.burst"} {
+		if err := os.WriteFile(filepath.Join(top, f), []byte("max"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n, err := Open(Options{Mount: root, Version: 2, Parent: "/", Name: "meshweaver-t",
 		Limits: Limits{Memory: 512 << 20, Pids: 256, CPU: 1.5}})
@@ -113,6 +115,7 @@ func TestV2LimitsOnAFakeTree(t *testing.T) {
 	dir := filepath.Join(top, GroupName("/homes/alice"))
 	for file, want := range map[string]string{
 		"memory.max": strconv.Itoa(512 << 20), "memory.swap.max": "0", "pids.max": "256", "cpu.max": "150000 100000",
+		"cpu.max.burst": "150000", // a period's quota: a CLI's start is not throttled
 	} {
 		if got := read(t, filepath.Join(dir, file)); got != want {
 			t.Errorf("%s = %q, want %q", file, got, want)
@@ -127,6 +130,7 @@ func TestV2LimitsOnAFakeTree(t *testing.T) {
 	}
 	for file, want := range map[string]string{
 		"memory.max": "9223372036854775807", "memory.swap.max": "9223372036854775807", "pids.max": "max", "cpu.max": "max 100000",
+		"cpu.max.burst": "0",
 	} {
 		if got := read(t, filepath.Join(dir, file)); got != want {
 			t.Errorf("after the reload %s = %q, want %q", file, got, want)
@@ -269,6 +273,9 @@ func TestV1GroupHoldsTheWholeTree(t *testing.T) {
 	}
 	if got := read(t, filepath.Join(n.b.(*v1).dir("cpu", g.Name()), "cpu.cfs_quota_us")); got != "50000" {
 		t.Errorf("cpu.cfs_quota_us = %s", got)
+	}
+	if got := read(t, filepath.Join(n.b.(*v1).dir("cpu", g.Name()), "cpu.cfs_burst_us")); got != "50000" {
+		t.Errorf("cpu.cfs_burst_us = %s, want a period's quota", got)
 	}
 	// A reload raises the memory limit above the old memsw and lifts pids.
 	if err := n.SetLimits(Limits{Memory: 256 << 20}); err != nil {
@@ -491,4 +498,48 @@ func TestUsersWeighAsManyProcesses(t *testing.T) {
 			t.Errorf("cpu.shares with no user = %q, want 1024 (never below one's)", got)
 		}
 	})
+}
+
+// TestV1CPUBurstKeepsASpinnerAtTheCap: a cap has a burst of a period's
+// quota (a CLI's start is not throttled), a reload can lower the cap
+// below the old burst (the kernel refuses a quota under the burst, so the
+// burst is cleared first), and two spinners that use their whole quota
+// every period save no burst: over 1.5 s they get no more than the cap's
+// share and one burst.
+func TestV1CPUBurstKeepsASpinnerAtTheCap(t *testing.T) {
+	v1Root(t)
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_burst_us"); err != nil {
+		t.Skip("no cpu.cfs_burst_us (Linux 5.14)")
+	}
+	n := openV1Node(t, Limits{CPU: 1})
+	g, err := n.Group("/homes/alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuDir := n.b.(*v1).dir("cpu", g.Name())
+	if got := read(t, filepath.Join(cpuDir, "cpu.cfs_burst_us")); got != "100000" {
+		t.Errorf("cpu.cfs_burst_us at one core = %s, want 100000", got)
+	}
+	if err := n.SetLimits(Limits{CPU: 0.5}); err != nil {
+		t.Fatalf("lowering the cap below the old burst: %v", err)
+	}
+	if got, want := read(t, filepath.Join(cpuDir, "cpu.cfs_quota_us"))+"/"+read(t, filepath.Join(cpuDir, "cpu.cfs_burst_us")), "50000/50000"; got != want {
+		t.Errorf("quota/burst after the reload = %s, want %s", got, want)
+	}
+	startIn(t, g, nil, "while :; do :; done & while :; do :; done")
+	waitFor(t, 10*time.Second, "two spinners in alice's group", func() bool {
+		p, _ := g.Procs()
+		return len(p) == 2
+	})
+	start, base := time.Now(), g.Usage().CPU
+	const cap, burst, period = 0.5, 50 * time.Millisecond, 100 * time.Millisecond
+	var used, elapsed time.Duration
+	for elapsed < 1500*time.Millisecond {
+		time.Sleep(20 * time.Millisecond) // a sample's interval, not a wait for an outcome
+		used, elapsed = g.Usage().CPU-base, time.Since(start)
+		if bound := time.Duration(cap*float64(elapsed+period)) + burst; used > bound {
+			t.Fatalf("two spinners used %v of CPU in %v; the cap allows %v", used, elapsed, bound)
+		}
+	}
+	t.Logf("two spinners at a cap of %v cores: %v of CPU in %v", cap, used, elapsed)
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -26,16 +27,90 @@ import (
 // runs, the user's actor stopped or not (a cold round pays no mount), and
 // are unmounted by Close.
 //
-// Why images and not project quotas: they work on every filesystem the
-// homes may be on, need nothing of its mount options, and bound inodes
-// too; a node whose homes are on XFS with prjquota could use its quotas
-// instead (docs/OPERATIONS.md).
+// Where the homes' filesystem enforces project quotas and every user's
+// agent runs in a user namespace of its own (which keeps it from taking
+// its files out of its project), a Disk from OpenDiskOn bounds each home
+// with a project quota instead (Quota): nothing mounted, and the writes
+// go to the homes' own filesystem.
 type Disk struct {
-	size int64
-	mkfs string
+	size  atomic.Int64 // changed by SetSize while the actors read it
+	mkfs  string
+	quota *Quota // project quotas in force, or nil for images
+	// noQuota says why project quotas are not in force (images are).
+	noQuota error
 
 	mu      sync.Mutex
-	mounted map[string]bool // homes this Disk mounted or found mounted
+	mounted map[string]bool // homes this Disk mounted or found mounted, or bound (quotas)
+}
+
+// OpenDiskOn readies the homes under homes to be bounded to size bytes:
+// with project quotas when quotas is true (the users' agents cannot
+// change their files' project) and the homes' filesystem enforces them,
+// else with images. The error names what is missing for both.
+func OpenDiskOn(homes string, size int64, quotas bool) (*Disk, error) {
+	if size == 0 {
+		return &Disk{mounted: make(map[string]bool)}, nil
+	}
+	noQuota := errors.New("the users' agents do not run in user namespaces of their own (bubblewrap off, or setuid), so they could take their files out of a project")
+	if quotas {
+		q, err := OpenQuota(homes, size)
+		if err == nil {
+			d := &Disk{quota: q, mounted: make(map[string]bool)}
+			d.size.Store(size)
+			return d, nil
+		}
+		noQuota = err
+	}
+	d, err := OpenDisk(size)
+	if err != nil {
+		return nil, fmt.Errorf("no project quotas (%v), and %w", noQuota, err)
+	}
+	d.noQuota = noQuota
+	return d, nil
+}
+
+// Kind names how homes are bounded: "project quota", "image", or "" for
+// not at all.
+func (d *Disk) Kind() string {
+	switch {
+	case d == nil || d.size.Load() == 0:
+		return ""
+	case d.quota != nil:
+		return "project quota"
+	}
+	return "image"
+}
+
+// NoQuota says why a Disk of images does not use project quotas.
+func (d *Disk) NoQuota() error {
+	if d == nil {
+		return nil
+	}
+	return d.noQuota
+}
+
+// SetSize bounds every home bound so far, and those from now on, to size
+// (a SIGHUP's reload). Only project quotas change while serving (one
+// quotactl a home); an image's size, or turning the bound on or off,
+// takes a restart.
+func (d *Disk) SetSize(size int64) error {
+	if d == nil || size == d.size.Load() {
+		return nil
+	}
+	if d.quota == nil || size == 0 {
+		return errors.New("the homes' images are resized, and the disk bound turned on or off, by a restart")
+	}
+	if size < 16<<20 {
+		return fmt.Errorf("--user-disk-max %s is below 16MiB, too small for a codex home", FormatSize(size))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	homes := make([]string, 0, len(d.mounted))
+	for h := range d.mounted {
+		homes = append(homes, h)
+	}
+	d.size.Store(size)
+	return d.quota.SetSize(size, homes)
 }
 
 // ImageName is the file, in the daemon's folder of a user, that holds the
@@ -45,7 +120,8 @@ const ImageName = "home.img"
 // OpenDisk readies per-user images of size bytes; 0 gives a Disk that
 // bounds nothing. The error names what the host lacks.
 func OpenDisk(size int64) (*Disk, error) {
-	d := &Disk{size: size, mounted: make(map[string]bool)}
+	d := &Disk{mounted: make(map[string]bool)}
+	d.size.Store(size)
 	if size == 0 {
 		return d, nil
 	}
@@ -78,7 +154,7 @@ func (d *Disk) Size() int64 {
 	if d == nil {
 		return 0
 	}
-	return d.size
+	return d.size.Load()
 }
 
 // imagePath is the image of home (Homes/<user>/.codex).
@@ -90,12 +166,19 @@ func imagePath(home string) string {
 // first time and moving what the home already held into it. A home
 // mounted already (by this daemon, or by one that was killed) is kept.
 func (d *Disk) Mount(ctx context.Context, home string, uid, gid int) error {
-	if d == nil || d.size == 0 {
+	if d == nil || d.size.Load() == 0 {
 		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.mounted[home] {
+		return nil
+	}
+	if d.quota != nil {
+		if err := d.quota.Bound(home); err != nil {
+			return err
+		}
+		d.mounted[home] = true
 		return nil
 	}
 	if err := os.MkdirAll(home, 0o700); err != nil {
@@ -146,7 +229,7 @@ func (d *Disk) makeImage(ctx context.Context, img, home string, uid, gid int) (e
 	if err != nil {
 		return fmt.Errorf("home image: %w", err)
 	}
-	if err := f.Truncate(d.size); err != nil {
+	if err := f.Truncate(d.size.Load()); err != nil {
 		f.Close()
 		return fmt.Errorf("home image: %w", err)
 	}
@@ -195,7 +278,7 @@ func (d *Disk) makeImage(ctx context.Context, img, home string, uid, gid int) (e
 // Unmount takes home off its image. Processes still using it are the
 // caller's to end first; a busy mount is detached.
 func (d *Disk) Unmount(home string) error {
-	if d == nil || d.size == 0 {
+	if d == nil || d.size.Load() == 0 {
 		return nil
 	}
 	d.mu.Lock()
@@ -204,6 +287,9 @@ func (d *Disk) Unmount(home string) error {
 		return nil
 	}
 	delete(d.mounted, home)
+	if d.quota != nil {
+		return nil // the project stays with the home
+	}
 	return unmount(home)
 }
 
@@ -216,22 +302,27 @@ func (d *Disk) Close() error {
 	defer d.mu.Unlock()
 	var errs []error
 	for home := range d.mounted {
-		if err := unmount(home); err != nil {
-			errs = append(errs, err)
+		if d.quota == nil {
+			if err := unmount(home); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		delete(d.mounted, home)
 	}
 	return errors.Join(errs...)
 }
 
-// DiskUsage is what a home holds against its image's size.
+// DiskUsage is what a home holds against its bound.
 type DiskUsage struct{ Used, Size int64 }
 
-// Usage reads home's filesystem; ok is false when home is not on an
-// image.
+// Usage reads home's project quota or its image's filesystem; ok is false
+// when home is not bounded.
 func (d *Disk) Usage(home string) (u DiskUsage, ok bool) {
-	if d == nil || d.size == 0 {
+	if d == nil || d.size.Load() == 0 {
 		return u, false
+	}
+	if d.quota != nil {
+		return d.quota.Usage(home)
 	}
 	d.mu.Lock()
 	mounted := d.mounted[home]
@@ -247,8 +338,8 @@ func (d *Disk) Usage(home string) (u DiskUsage, ok bool) {
 	return DiskUsage{Used: int64(st.Blocks-st.Bavail) * bs, Size: int64(st.Blocks) * bs}, true
 }
 
-// Full reports a home whose image has (nearly) no room left: under 1 MiB
-// or 1% of it.
+// Full reports a home whose project or image has (nearly) no room left
+// (the user's writes met EDQUOT or ENOSPC): under 1 MiB or 1% of it.
 func (d *Disk) Full(home string) bool {
 	u, ok := d.Usage(home)
 	if !ok {

@@ -24,6 +24,7 @@ type v1 struct {
 	own   map[cgroup1.Name]string // the daemon's cgroup in each hierarchy
 	subs  []cgroup1.Subsystem
 	memsw bool // memory.memsw.* exists: swap is bounded with memory
+	burst bool // cpu.cfs_burst_us exists (Linux 5.14)
 }
 
 func openV1(o Options, rep *Report) (backend, error) {
@@ -54,6 +55,9 @@ func openV1(o Options, rep *Report) (backend, error) {
 			b.subs = append(b.subs, cgroup1.NewPids(o.Mount))
 		case cgroup1.Cpu:
 			b.subs = append(b.subs, cgroup1.NewCpu(o.Mount))
+			if _, err := os.Stat(filepath.Join(o.Mount, "cpu", "cpu.cfs_burst_us")); err == nil {
+				b.burst = true
+			}
 		case cgroup1.Freezer:
 			b.subs = append(b.subs, cgroup1.NewFreezer(o.Mount))
 		case cgroup1.Cpuacct:
@@ -235,6 +239,13 @@ func (b *v1) child(user, name string) (impl, error) {
 
 func (g *v1Group) update(l Limits) error {
 	r := g.b.resources(l)
+	// The library does not write cpu.cfs_burst_us. The kernel refuses a
+	// quota below the burst, so the burst is cleared before the quota is
+	// written and set after it.
+	burstFile := filepath.Join(g.dir(cgroup1.Cpu), "cpu.cfs_burst_us")
+	if g.b.burst {
+		_ = os.WriteFile(burstFile, []byte("0"), 0) // a fresh group's is 0 already
+	}
 	if r.Memory.Swap != nil {
 		// memsw may never be below the memory limit: raising both, memsw
 		// goes first; lowering, the memory limit does (this write then
@@ -243,6 +254,11 @@ func (g *v1Group) update(l Limits) error {
 	}
 	if err := g.cg.Update(r); err != nil {
 		return err
+	}
+	if g.b.burst {
+		if err := os.WriteFile(burstFile, []byte(strconv.FormatInt(burst(l.CPU), 10)), 0); err != nil {
+			return err
+		}
 	}
 	if l.Pids <= 0 {
 		if _, ok := g.b.own[cgroup1.Pids]; ok {

@@ -20,6 +20,7 @@ type v2 struct {
 	top     string // Parent/Name, relative to mount, starting with "/"
 	enabled []string
 	swap    bool // memory.swap.max exists: swap is bounded with memory
+	burst   bool // cpu.max.burst exists (Linux 5.14)
 }
 
 // openV2 readies Mount/Parent/Name for the users' cgroups. Under
@@ -76,6 +77,9 @@ func openV2(o Options, rep *Report) (backend, error) {
 	}
 	if _, err := os.Stat(filepath.Join(top, "memory.swap.max")); err == nil {
 		b.swap = true
+	}
+	if _, err := os.Stat(filepath.Join(top, "cpu.max.burst")); err == nil {
+		b.burst = true
 	}
 	rep.Path = top
 	rep.Enforced = want
@@ -149,7 +153,15 @@ func (b *v2) group(name string, l Limits) (impl, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &v2Group{b: b, m: m, dir: filepath.Join(b.mount, b.top, name)}, nil
+	g := &v2Group{b: b, m: m, dir: filepath.Join(b.mount, b.top, name)}
+	if b.burst {
+		// After the quota the manager wrote: the kernel refuses a burst
+		// above it.
+		if err := g.setBurst(l.CPU); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
 }
 
 // child is a plain leaf: the user's limits bound it; nothing is written.
@@ -187,7 +199,26 @@ type v2Group struct {
 	dir string
 }
 
-func (g *v2Group) update(l Limits) error { return g.m.Update(g.b.resources(l)) }
+// update sets l. The library does not write cpu.max.burst; the kernel
+// refuses a quota below the burst, so the burst is cleared before the
+// quota is written and set after it.
+func (g *v2Group) update(l Limits) error {
+	if !g.b.burst {
+		return g.m.Update(g.b.resources(l))
+	}
+	if err := g.setBurst(0); err != nil {
+		return err
+	}
+	if err := g.m.Update(g.b.resources(l)); err != nil {
+		return err
+	}
+	return g.setBurst(l.CPU)
+}
+
+// setBurst writes the burst of a cap of cpu cores.
+func (g *v2Group) setBurst(cpu float64) error {
+	return os.WriteFile(filepath.Join(g.dir, "cpu.max.burst"), []byte(strconv.FormatInt(burst(cpu), 10)), 0)
+}
 
 func (g *v2Group) procs() ([]int, error) {
 	pids, err := g.m.Procs(true)

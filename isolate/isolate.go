@@ -473,3 +473,20 @@ func readClaim(path string) (string, error) {
 	}
 	return name, nil
 }
+
+// UserNamespaces reports whether every sandbox runs in a user namespace of
+// its own: bubblewrap is on and either makes one itself (it is not setuid
+// and runs as a user's uid) or is told to (the daemon is root with no uid
+// switch: --unshare-user). An agent in the host's user namespace can
+// change its own files' project id (FS_IOC_FSSETXATTR) and so leave a
+// project quota; in its own it cannot.
+func (n *Node) UserNamespaces() bool {
+	if n == nil || n.opts.Bwrap == "" {
+		return false
+	}
+	if n.opts.Root && n.opts.UIDs.Empty() {
+		return true // --unshare-user
+	}
+	fi, err := os.Stat(n.opts.Bwrap)
+	return err == nil && fi.Mode()&os.ModeSetuid == 0
+}

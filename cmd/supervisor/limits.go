@@ -27,7 +27,7 @@ func (o *limitOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.memory, "user-memory-max", "auto", "`SIZE` of memory and swap each user's app-server and all it runs may hold (IEC: 512MiB, 2GiB); auto: a quarter of the node's memory; 0 or max: no limit")
 	fs.StringVar(&o.pids, "user-pids-max", "auto", "`N` processes and threads each user may run; auto: 1024; 0 or max: no limit")
 	fs.StringVar(&o.cpu, "user-cpu-max", "auto", "`CORES` of CPU each user may use (fractions allowed: 0.5); auto: half the node's cores, at least 1; 0 or max: no limit")
-	fs.StringVar(&o.disk, "user-disk-max", "0", "`SIZE` each user's home may hold, on a filesystem image of the user's own (needs root, loop devices and mkfs.ext4); 0: no limit")
+	fs.StringVar(&o.disk, "user-disk-max", "0", "`SIZE` each user's home may hold: a project quota where the homes' filesystem enforces them (ext4 with quota,project mounted prjquota, or XFS with prjquota) and bubblewrap runs, else a filesystem image of the user's own (needs root, loop devices and mkfs.ext4); 0: no limit")
 	fs.StringVar(&o.cgroupParent, "cgroup-parent", "", "cgroup `PATH` the users' cgroups go under (default: the daemon's own); relative to the cgroup2 mount, or to each v1 hierarchy's root")
 	fs.StringVar(&o.cgroupVersion, "cgroup-version", "auto", "cgroup hierarchy the limits use: 1, 2, or auto to detect it")
 }
@@ -108,13 +108,15 @@ func (o *limitOptions) contain(homes, member string, l contain.Limits) contain.O
 }
 
 // check says, without changing anything, what the host would enforce;
-// an error names each limit the operator set that it cannot.
-func (o *limitOptions) check(homes, member string) (contain.Report, error) {
+// an error names each limit the operator set that it cannot. disk says
+// how homes would be bounded ("" with no disk limit). userns says the
+// users' agents will run in user namespaces of their own (bubblewrap on).
+func (o *limitOptions) check(homes, member string, userns bool) (rep contain.Report, disk string, err error) {
 	l, explicit, err := o.parsed()
 	if err != nil {
-		return contain.Report{}, err
+		return contain.Report{}, "", err
 	}
-	rep := contain.Probe(o.contain(homes, member, l))
+	rep = contain.Probe(o.contain(homes, member, l))
 	var errs []error
 	for _, r := range explicit {
 		if why, ok := rep.Missing[r]; ok {
@@ -122,18 +124,27 @@ func (o *limitOptions) check(homes, member string) (contain.Report, error) {
 		}
 	}
 	if l.Disk > 0 {
-		if _, err := contain.OpenDisk(l.Disk); err != nil {
-			errs = append(errs, fmt.Errorf("--user-disk-max: %w", err))
+		qerr := contain.ProjectQuotas(homes)
+		if qerr == nil && !userns {
+			qerr = errors.New("the users' agents would not run in user namespaces of their own (bubblewrap off)")
+		}
+		if qerr == nil {
+			disk = "project quota"
+		} else if _, err := contain.OpenDisk(l.Disk); err != nil {
+			errs = append(errs, fmt.Errorf("--user-disk-max: no project quotas (%v), and %w", qerr, err))
+		} else {
+			disk = fmt.Sprintf("image (no project quotas: %v)", qerr)
 		}
 	}
-	return rep, errors.Join(errs...)
+	return rep, disk, errors.Join(errs...)
 }
 
 // open readies the users' limits at start: the daemon's own OOM score,
 // its cgroup folder (with what a killed daemon left there emptied), the
-// disk images. A limit the operator set that the host cannot enforce
-// refuses the start; a default one is a warning.
-func (o *limitOptions) open(homes, member string, log *slog.Logger) (*contain.Node, *contain.Disk, error) {
+// disk bound (project quotas when userns: the users' agents run in user
+// namespaces of their own; else images). A limit the operator set that
+// the host cannot enforce refuses the start; a default one is a warning.
+func (o *limitOptions) open(homes, member string, userns bool, log *slog.Logger) (*contain.Node, *contain.Disk, error) {
 	l, explicit, err := o.parsed()
 	if err != nil {
 		return nil, nil, err
@@ -157,9 +168,12 @@ func (o *limitOptions) open(homes, member string, log *slog.Logger) (*contain.No
 	if len(refused) > 0 {
 		return nil, nil, fmt.Errorf("user limits this host cannot enforce: %s", strings.Join(refused, "; "))
 	}
-	disk, err := contain.OpenDisk(l.Disk)
+	disk, err := contain.OpenDiskOn(homes, l.Disk, userns)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--user-disk-max: %w", err)
+	}
+	if why := disk.NoQuota(); why != nil {
+		log.Info("the homes are bounded by images, not project quotas", "why", why)
 	}
 	if n.Active() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -178,22 +192,30 @@ func (o *limitOptions) open(homes, member string, log *slog.Logger) (*contain.No
 		log.Warn("no per-user limits: one user's agent can take this node's memory, processes, CPU and disk")
 	} else {
 		log.Info("user limits", "enforced", strings.Join(enforced, ","), "cgroup", rep.Version, "path", rep.Path,
-			"memory", contain.FormatSize(l.Memory), "pids", l.Pids, "cpu", contain.FormatCPU(l.CPU), "disk", contain.FormatSize(l.Disk))
+			"memory", contain.FormatSize(l.Memory), "pids", l.Pids, "cpu", contain.FormatCPU(l.CPU), "disk", contain.FormatSize(l.Disk), "disk_bound", disk.Kind())
 	}
 	return n, disk, nil
 }
 
 // reload applies changed limits to every live user (SIGHUP). The disk's
-// size is not one of them: an image is resized by a restart.
-func (o *limitOptions) reload(n *contain.Node, log *slog.Logger) {
-	if !n.Active() {
-		return
-	}
+// size changes with project quotas (one quotactl a home); an image is
+// resized by a restart.
+func (o *limitOptions) reload(n *contain.Node, disk *contain.Disk, log *slog.Logger) {
 	l, _, err := o.parsed()
 	if err != nil {
 		return // validated by the reload before
 	}
-	if l == n.Limits() {
+	if l.Disk != disk.Size() {
+		if err := disk.SetSize(l.Disk); err != nil {
+			log.Warn("the disk limit is not changed", "disk", contain.FormatSize(l.Disk), "err", err)
+		} else {
+			log.Info("user disk limit reloaded", "disk", contain.FormatSize(l.Disk))
+		}
+	}
+	if !n.Active() {
+		return
+	}
+	if l.Disk = n.Limits().Disk; l == n.Limits() {
 		return
 	}
 	if err := n.SetLimits(l); err != nil {
@@ -212,10 +234,18 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// describeEnforced is a Report in a line for serve --check.
-func describeEnforced(rep contain.Report) string {
-	if len(rep.Enforced) == 0 {
+// describeEnforced is a Report and the disk bound in a line for serve
+// --check.
+func describeEnforced(rep contain.Report, disk string) string {
+	var parts []string
+	if len(rep.Enforced) > 0 {
+		parts = append(parts, fmt.Sprintf("%s (cgroup v%d)", strings.Join(rep.Enforced, ", "), rep.Version))
+	}
+	if disk != "" {
+		parts = append(parts, "disk by "+disk)
+	}
+	if len(parts) == 0 {
 		return "none"
 	}
-	return fmt.Sprintf("%s (cgroup v%d)", strings.Join(rep.Enforced, ", "), rep.Version)
+	return strings.Join(parts, "; ")
 }

@@ -234,3 +234,141 @@ func readRSS(t *testing.T) int64 {
 	pages, _ := strconv.ParseInt(f[1], 10, 64)
 	return pages * int64(os.Getpagesize())
 }
+
+// TestUserDiskQuotaContainsAFill: with the homes on a filesystem that
+// enforces project quotas (an ext4 image the test makes and mounts on the
+// homes) and the sandboxes in user namespaces (uid+bwrap), each home is
+// bounded by a project quota of 64 MiB: alice's agent writes 256 MiB into
+// her home in one round, which gets the disk verdict and is counted;
+// her home's project and the whole filesystem hold no more than 64 MiB +
+// 25%; her thread records, beside the home and outside her project, are
+// all kept; bob, the bystander, completes his rounds during and after;
+// alice's next rounds work once she empties her file.
+func TestUserDiskQuotaContainsAFill(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("project quotas, the uid switch and bubblewrap need root")
+	}
+	const diskLimit = 64 << 20
+	attacks := []attack{
+		{"fill", "dd if=/dev/zero of=$HOME/fill bs=1M count=256; sync"},
+		{"clean", "truncate -s 0 $HOME/fill"},
+	}
+	model, err := demomodel.Start(demomodel.Options{Responder: attackResponder(attacks)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(model.Close)
+	var disk *contain.Disk
+	var fsDir string
+	metrics := actors.NewMetrics(nil)
+	e := newEnv(t, func(c *daemonSetup) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		qfs, err := contain.MakeQuotaFS(ctx, filepath.Join(filepath.Dir(c.Homes), "homes.img"), c.Homes, 512<<20)
+		if err != nil {
+			t.Skipf("no project quotas on this host (scripts/quota-uml runs this test in a kernel with them): %v", err)
+		}
+		// After the daemon stopped: cleanups run last first.
+		t.Cleanup(func() {
+			if err := qfs.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		fsDir = qfs.Dir
+		catalog := c.Overrides[len(c.Overrides)-1] // model_catalog_json
+		c.Overrides = append(codexhome.Overrides(model.URL()), catalog)
+		c.Sandbox = "danger-full-access"
+		isolated(t, "uid+bwrap", false, false)(c)
+		if !c.Isolation.UserNamespaces() {
+			t.Fatal("uid+bwrap sandboxes are not in user namespaces")
+		}
+		if disk, err = contain.OpenDiskOn(c.Homes, diskLimit, true); err != nil {
+			t.Fatal(err)
+		}
+		if disk.Kind() != "project quota" {
+			t.Fatalf("the disk bound is %q (%v), want project quotas", disk.Kind(), disk.NoQuota())
+		}
+		c.Disk, c.Metrics = disk, metrics
+	})
+	alice := func(thread, text string) roundResult {
+		return e.round(messages.StartRound{User: "alice", Thread: thread, Text: text})
+	}
+	alice("a/0", "hi").mustComplete(t)
+	e.round(messages.StartRound{User: "bob", Thread: "b/1", Text: "hi"}).mustComplete(t)
+
+	fillID := e.startRound(messages.StartRound{User: "alice", Thread: "a/fill", Text: "ATTACK-fill now"})
+	e.waitEvent(fillID, "the fill's command", func(ev messages.RoundEvent) bool {
+		return ev.Kind == messages.KindToolCall && ev.Tool != nil && ev.Tool.CallID == "fill"
+	})
+	// Bob, the bystander, while alice fills her home.
+	if r := e.round(messages.StartRound{User: "bob", Thread: "b/1", Text: "hi"}).mustComplete(t); r.verdict.ErrorInfo != nil {
+		t.Errorf("bob's round beside the fill: %+v", r.verdict.ErrorInfo)
+	}
+	r := e.await(fillID)
+	if info := r.verdict.ErrorInfo; info == nil || info.Class != messages.ErrorResourceLimit || info.Resource != "disk" {
+		t.Errorf("alice's fill round: verdict %+v, want class resource_limit naming disk", r.verdict)
+	}
+	if got := testutil.ToFloat64(metrics.LimitHits.WithLabelValues("disk")); got != 1 {
+		t.Errorf("supervisor_user_limit_hits_total{resource=\"disk\"} = %v, want 1", got)
+	}
+	u, ok := disk.Usage(e.home("alice"))
+	if !ok || u.Size != diskLimit || u.Used > diskLimit*5/4 || u.Used < diskLimit/2 {
+		t.Errorf("alice's project: %+v, %v; want about %d MiB of %d", u, ok, diskLimit>>20, diskLimit>>20)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(fsDir, &st); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("alice's project holds %d KiB of %d; the filesystem %d KiB", u.Used>>10, u.Size>>10, int64(st.Blocks-st.Bfree)*st.Bsize>>10)
+	if used := int64(st.Blocks-st.Bfree) * st.Bsize; used > diskLimit*5/4+32<<20 { // + the filesystem's own (journal, quota files)
+		t.Errorf("the homes' filesystem holds %d MiB after alice's fill", used>>20)
+	}
+	threads, err := os.ReadDir(filepath.Join(filepath.Dir(e.home("alice")), "meshweaver", "threads"))
+	if err != nil || len(threads) < 2 {
+		t.Errorf("alice's thread records after the fill: %d, %v; want both threads'", len(threads), err)
+	}
+	// What an operator sees of alice's disk.
+	e.send(messages.UsageRequest{User: "alice"})
+	got := e.awaitOther("alice's usage", func(m any) bool { _, ok := m.(messages.UsageResponse); return ok }).(messages.UsageResponse)
+	if got.DiskMaxBytes != diskLimit || got.DiskBytes < diskLimit/2 {
+		t.Errorf("alice's usage: disk %d of %d", got.DiskBytes, got.DiskMaxBytes)
+	}
+	// The next rounds: alice empties her file and chats; bob is served.
+	if r := alice("a/clean", "ATTACK-clean now"); r.verdict.Status != messages.StatusCompleted {
+		t.Errorf("alice's round after the fill: %v", r)
+	}
+	if disk.Full(e.home("alice")) {
+		t.Error("alice's home is still full after her cleaning round")
+	}
+	if r := alice("a/next", "hi").mustComplete(t); r.verdict.ErrorInfo != nil {
+		t.Errorf("alice's next round still names a limit: %+v", r.verdict.ErrorInfo)
+	}
+	e.round(messages.StartRound{User: "bob", Thread: "b/1", Text: "hi"}).mustComplete(t)
+}
+
+// TestCheckNamesTheDiskBound: serve --check says how homes would be
+// bounded: by project quota, or by image with why not project quotas.
+func TestCheckNamesTheDiskBound(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("images need root")
+	}
+	if _, err := contain.OpenDisk(64 << 20); err != nil {
+		t.Skip(err)
+	}
+	o := limitOptions{memory: "auto", pids: "auto", cpu: "auto", disk: "64MiB", cgroupVersion: "auto"}
+	homes := t.TempDir()
+	for _, userns := range []bool{false, true} {
+		rep, disk, err := o.check(homes, "", userns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		quotas := contain.ProjectQuotas(homes) == nil && userns
+		if quotas && disk != "project quota" || !quotas && !strings.HasPrefix(disk, "image (no project quotas: ") {
+			t.Errorf("userns %v: disk bound %q", userns, disk)
+		}
+		if line := describeEnforced(rep, disk); !strings.Contains(line, "disk by "+disk) {
+			t.Errorf("the --check line %q does not name the disk bound", line)
+		}
+		t.Logf("userns %v: %s", userns, describeEnforced(rep, disk))
+	}
+}

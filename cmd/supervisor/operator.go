@@ -212,7 +212,7 @@ func (r *tlsReloader) reload(t tlsOptions) (caKept bool, err error) {
 // --- SIGHUP ---
 
 // reloadable are the settings SIGHUP applies while serving.
-var reloadable = []string{"log-level", "tls-cert", "tls-key", "tls-ca", "user-memory-max", "user-pids-max", "user-cpu-max"}
+var reloadable = []string{"log-level", "tls-cert", "tls-key", "tls-ca", "user-memory-max", "user-pids-max", "user-cpu-max", "user-disk-max"}
 
 // reload rereads serve's settings (the same command line, the environment
 // and the --config file) and applies the reloadable ones: the TLS files

@@ -186,7 +186,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if o.op.check {
-		rep, err := o.limits.check(o.homes, o.cluster.memberOf())
+		rep, diskBound, err := o.limits.check(o.homes, o.cluster.memberOf(), o.isolation.bwrap != "off")
 		if err != nil {
 			fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
 			return errUsage
@@ -206,7 +206,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return errUsage
 		}
 		fmt.Fprintf(stdout, "supervisor serve: %s\n", ran)
-		fmt.Fprintf(stdout, "supervisor serve: user limits enforced here: %s\n", describeEnforced(rep))
+		fmt.Fprintf(stdout, "supervisor serve: user limits enforced here: %s\n", describeEnforced(rep, diskBound))
 		fmt.Fprintf(stdout, "supervisor serve: %s\n", findCodexCLI(o.op.codexBin))
 		var uids isolate.Range
 		if o.isolation.switchesUIDs() {
@@ -273,7 +273,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// Limits before any app-server: a killed instance's user cgroups are
 	// emptied, and every start from now on enters its user's.
-	cgroups, disk, err := o.limits.open(o.homes, o.cluster.memberOf(), log)
+	cgroups, disk, err := o.limits.open(o.homes, o.cluster.memberOf(), iso.UserNamespaces(), log)
 	if err != nil {
 		return err
 	}
@@ -367,7 +367,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				case <-hup:
 					reload(args, o, level, certs, log)
 					if o2, err := loadServeOptions(args, os.LookupEnv, io.Discard); err == nil {
-						o2.limits.reload(cgroups, log)
+						o2.limits.reload(cgroups, disk, log)
 					}
 				case <-quit:
 					return nil
