@@ -5,19 +5,26 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/client"
+	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
 
@@ -307,6 +314,176 @@ func TestSPIFFECertificates(t *testing.T) {
 		return rec["reason"] == "handshake" && strings.Contains(err, "spiffe://mesh/stranger")
 	}); !found {
 		t.Error("the remote's refused handshake is not in the daemon's log")
+	}
+	d.stop(t)
+}
+
+// TestSPIFFERotationUnderRounds: the daemon's SVID and its trust bundle
+// are rotated by SIGHUP while two callers run rounds back to back, as a
+// SPIRE agent rotates them: (1) the daemon and caller A hold SVIDs of
+// intermediate A under root A, the bundle root A and root B (the new root
+// goes everywhere first); (2) the daemon moves to an SVID of a new
+// intermediate under root B, and caller B, whose SVID comes from it too,
+// starts: the daemon's dials back to B verify it against the current
+// bundle; (3) root A leaves the bundle: a new connection with an SVID of
+// root A is refused, while B goes on. Every round gets exactly one
+// verdict, completed; none is lost. The gateway, on the same files,
+// follows.
+func TestSPIFFERotationUnderRounds(t *testing.T) {
+	dir := t.TempDir()
+	rootA := spiffeRoot(t, dir, "root-a", "mesh root A")
+	rootB := spiffeRoot(t, dir, "root-b", "mesh root B")
+	interA := rootA.intermediate(t, dir, "inter-a", "mesh intermediate A")
+	interB := rootB.intermediate(t, dir, "inter-b", "mesh intermediate B")
+	bundle := filepath.Join(dir, "bundle.pem")
+	writeBundle(t, bundle, rootA)
+	callerBundle := filepath.Join(dir, "caller-bundle.pem")
+	writeBundle(t, callerBundle, rootA, rootB)
+	daemonCert, daemonKey := interA.svid(t, dir, "daemon", spiffeDaemonID)
+	aCert, aKey := interA.svid(t, dir, "caller-a", "spiffe://mesh/caller")
+	bCert, bKey := interB.svid(t, t.TempDir(), "caller-b", "spiffe://mesh/caller")
+	exe := opsBuild(t, dir)
+	sock, states := notifySocket(t)
+	t.Setenv("NOTIFY_SOCKET", sock)
+	d := startSpiffeDaemon(t, dir, exe, daemonCert, daemonKey, bundle)
+	waitState(t, d.srv, states, "READY=1")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*opsRoundWait)
+	defer cancel()
+	dial := func(cert, key string) *client.Client {
+		t.Helper()
+		c, err := client.Dial(ctx, d.addr, client.WithTLSFiles(cert, key, callerBundle), client.WithServerID(spiffeDaemonID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// steady runs rounds one after the other on its own thread until stop
+	// is closed, and reports each round's verdict (or error) on results.
+	type result struct {
+		loop string
+		v    messages.RoundFinished
+		err  error
+	}
+	results := make(chan result, 1024)
+	stop := make(chan struct{})
+	var loops sync.WaitGroup
+	steady := func(name string, c *client.Client) {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := c.Round(ctx, messages.StartRound{User: "alice", Thread: "rotate-" + name, Text: fmt.Sprintf("round %d", i)})
+				if err != nil {
+					results <- result{loop: name, err: err}
+					return
+				}
+				v, err := r.Wait()
+				results <- result{loop: name, v: v, err: err}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	// await waits for n more verdicts of loop, failing on any error.
+	counts := map[string]int{}
+	await := func(loop string, n int) {
+		t.Helper()
+		want := counts[loop] + n
+		for counts[loop] < want {
+			select {
+			case r := <-results:
+				if r.err != nil || r.v.Status != messages.StatusCompleted {
+					t.Fatalf("loop %s, round %d: %+v, %v; want completed", r.loop, counts[r.loop]+1, r.v, r.err)
+				}
+				counts[r.loop]++
+			case <-ctx.Done():
+				t.Fatalf("loop %s: %d verdicts, want %d", loop, counts[loop], want)
+			}
+		}
+	}
+	reloads := 0
+	sighup := func() {
+		t.Helper()
+		if err := syscall.Kill(d.srv.cmd.Process.Pid, syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, d.srv, states, "RELOADING=1")
+		waitState(t, d.srv, states, "READY=1")
+		reloads++
+		if n := d.srv.count(func(rec map[string]any) bool { return rec["msg"] == "reloaded" && rec["tls"] == "reloaded" }); n != reloads {
+			t.Fatalf("%d reloads of the TLS files logged, want %d", n, reloads)
+		}
+	}
+	issuerOf := func() string {
+		t.Helper()
+		conf := tlsConfig(t, bCert, bKey, callerBundle)
+		conf.InsecureSkipVerify = true
+		conf.VerifyConnection = remote.VerifyIdentity(spiffeDaemonID, conf.RootCAs)
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: opsWait}, "tcp", d.gw, conf)
+		if err != nil {
+			return "refused: " + err.Error()
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].Issuer.CommonName
+	}
+
+	// (1) Caller A's rounds run.
+	steady("a", dial(aCert, aKey))
+	await("a", 2)
+	if got := issuerOf(); got != "mesh intermediate A" {
+		t.Errorf("the daemon's certificate is issued by %q, want mesh intermediate A", got)
+	}
+
+	// (2) The daemon's new SVID from a new intermediate under the new
+	// root, and the bundle with both roots; then caller B starts.
+	writeBundle(t, bundle, rootA, rootB)
+	interB.svid(t, dir, "daemon", spiffeDaemonID) // rotated in place, as SPIRE's helper writes it
+	sighup()
+	await("a", 2)
+	if got := issuerOf(); got != "mesh intermediate B" {
+		t.Errorf("after the rotation the daemon's certificate is issued by %q, want mesh intermediate B", got)
+	}
+	steady("b", dial(bCert, bKey))
+	await("b", 2)
+	await("a", 1)
+
+	// (3) Root A leaves the bundle: a new connection with an SVID of
+	// root A is refused; B goes on.
+	writeBundle(t, bundle, rootB)
+	sighup()
+	await("b", 2)
+	late := dial(aCert, aKey)
+	callCtx, cancelCall := context.WithTimeout(ctx, opsWait)
+	_, err := late.Models(callCtx, "alice")
+	cancelCall()
+	if err == nil || !errors.Is(err, client.ErrUnreachable) || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("a new caller with an SVID of the removed root: %v; want refused at the handshake", err)
+	}
+	close(stop)
+	loops.Wait()
+	close(results)
+	for r := range results { // the rounds in flight at the stop
+		if r.err != nil || r.v.Status != messages.StatusCompleted {
+			t.Errorf("loop %s, a last round: %+v, %v; want completed", r.loop, r.v, r.err)
+		}
+		counts[r.loop]++
+	}
+	t.Logf("verdicts: %v", counts)
+	gw := spiffeGateway(t, bCert, bKey, callerBundle, spiffeDaemonID)
+	if code, body := gwModels(t, gw, d.gw, "alice"); code != 200 {
+		t.Errorf("gateway models with an SVID of root B after the rotation: %d %s", code, body)
+	}
+	old := spiffeGateway(t, aCert, aKey, callerBundle, spiffeDaemonID)
+	if code, body := gwModels(t, old, d.gw, "alice"); code != 0 {
+		t.Errorf("gateway with an SVID of the removed root: %d %s; want the handshake refused", code, body)
 	}
 	d.stop(t)
 }

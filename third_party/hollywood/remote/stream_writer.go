@@ -147,6 +147,11 @@ func (w *streamWriter) run(ctx context.Context) {
 	}
 	close(w.ready)
 
+	// The first read error is the connection's end as the peer made it
+	// (under TLS 1.3 a refused certificate shows only here, as the alert
+	// the peer sent), before drpc's own errors about its closing.
+	rec := &readErrConn{Conn: rawconn}
+	rawconn = rec
 	lim := w.r.limits
 	conn := drpcconn.NewWithOptions(rawconn, drpcconn.Options{
 		Manager: drpcmanager.Options{
@@ -163,15 +168,13 @@ func (w *streamWriter) run(ctx context.Context) {
 	slog.Debug("connected", "remote", w.addr)
 	// The peer's answers on this connection (a refusal it could not send
 	// otherwise), read on a goroutine of this writer's, joined at its end.
-	// Its error is the connection's: under TLS 1.3 a certificate the peer
-	// refuses shows only here, as the alert it sent.
-	recvErr := make(chan error, 1)
-	go func() { recvErr <- w.receive(stream) }()
+	recvDone := make(chan struct{})
+	go func() { defer close(recvDone); _ = w.receive(stream) }()
 	defer func() {
 		_ = conn.Close()
-		err := <-recvErr
+		<-recvDone
 		if cause == nil && reason == "lost" {
-			cause = err
+			cause = rec.err()
 		}
 	}()
 
@@ -218,6 +221,31 @@ func (w *streamWriter) run(ctx context.Context) {
 		}
 		timer.Reset(nextWake(held, last, time.Now(), lim))
 	}
+}
+
+// readErrConn keeps the first error a Read returned.
+type readErrConn struct {
+	net.Conn
+	mu    sync.Mutex
+	first error
+}
+
+func (c *readErrConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil {
+		c.mu.Lock()
+		if c.first == nil {
+			c.first = err
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+func (c *readErrConn) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first
 }
 
 // receive reads what the peer sends back on this connection until it
