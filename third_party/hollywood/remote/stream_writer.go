@@ -152,6 +152,10 @@ func (w *streamWriter) run(ctx context.Context) {
 	// the peer sent), before drpc's own errors about its closing.
 	rec := &readErrConn{Conn: rawconn}
 	rawconn = rec
+	// The remote's stop cuts the connection at once: with a Recv pending,
+	// drpc's own cancel first waits for the write lock, which a peer that
+	// stopped reading holds until the write deadline.
+	defer context.AfterFunc(ctx, func() { _ = rec.Close() })()
 	lim := w.r.limits
 	conn := drpcconn.NewWithOptions(rawconn, drpcconn.Options{
 		Manager: drpcmanager.Options{
