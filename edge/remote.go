@@ -25,8 +25,8 @@ func (g *Gate) Remote() remote.Gate {
 // waiting out its timeout.
 func (g *Gate) OnRefuse(r remote.Refusal) {
 	g.Refused(r.Reason, r.Peer.Identity, r.Peer.Addr, r.Err)
-	if r.Reply == nil || r.Sender == nil || r.Msg == nil {
-		return
+	if r.Reply == nil || r.Sender == nil || r.Msg == nil || r.Sender.Address == g.cfg.Self {
+		return // a sender on the daemon's own address is never answered (ReasonInternal)
 	}
 	msg, err := messages.Unwrap(r.Msg)
 	if err != nil {
