@@ -24,8 +24,11 @@ type errorLog struct {
 }
 
 func newErrorLog(l *slog.Logger) *log.Logger {
-	return log.New(&errorLog{log: l, sample: edge.NewSampler(10, time.Minute), now: time.Now}, "", 0)
+	return (&errorLog{log: l, sample: edge.NewSampler(10, time.Minute), now: time.Now}).writer()
 }
+
+// writer is e as a *log.Logger, the way net/http writes to it.
+func (e *errorLog) writer() *log.Logger { return log.New(e, "", 0) }
 
 const handshakePrefix = "http: TLS handshake error from "
 
