@@ -303,7 +303,16 @@ func (g *Gate) answer(in Input, key string, msg any, err error, send func(to *ac
 func (g *Gate) Refused(reason, identity string, addr net.Addr, err error) {
 	g.count(reason)
 	g.logSampled(reason, g.cfg.Now(), "refused remote input", "reason", reason,
-		"peer", PeerKey(identity, addr, nil), "err", err)
+		"peer", PeerKey(identity, addr, nil), "addr", addrString(addr), "err", err)
+}
+
+// addrString is a connection's remote address for a log line ("" when
+// unknown).
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
 }
 
 func (g *Gate) count(reason string) {

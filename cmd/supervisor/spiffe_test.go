@@ -311,7 +311,8 @@ func TestSPIFFECertificates(t *testing.T) {
 	})
 	d.srv.waitCount("the remote's refused handshake", 1, func(rec map[string]any) bool {
 		err, _ := rec["err"].(string)
-		return rec["reason"] == "handshake" && strings.Contains(err, "spiffe://mesh/stranger")
+		addr, _ := rec["addr"].(string)
+		return rec["reason"] == "handshake" && strings.Contains(err, "spiffe://mesh/stranger") && strings.HasPrefix(addr, "127.0.0.1:")
 	})
 	d.stop(t)
 }
