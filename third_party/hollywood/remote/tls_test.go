@@ -245,16 +245,13 @@ func TestRefusedSenderAnsweredOnItsConnection(t *testing.T) {
 	p := newPKI(t)
 	lim := Limits{DialTimeout: 500 * time.Millisecond}
 	refused := make(chan Refusal, 16)
+	replied := make(chan [2]error, 16) // the two Reply calls' errors, checked on the test's goroutine
 	d := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/daemon")).WithLimits(lim).
 		WithOnRefuse(func(rf Refusal) {
 			refused <- rf
 			if rf.Reply != nil {
-				if err := rf.Reply(rf.Sender, wrapperspb.String("refused: "+rf.Reason)); err != nil {
-					t.Errorf("reply: %v", err)
-				}
-				if err := rf.Reply(actor.NewPID("127.0.0.1:1", "x"), wrapperspb.String("elsewhere")); err == nil {
-					t.Error("a reply to another node than the sender's was sent")
-				}
+				replied <- [2]error{rf.Reply(rf.Sender, wrapperspb.String("refused: "+rf.Reason)),
+					rf.Reply(actor.NewPID("127.0.0.1:1", "x"), wrapperspb.String("elsewhere"))}
 			}
 		}))
 	conf := p.config(t, "spiffe://mesh/carol-listener")
@@ -271,5 +268,9 @@ func TestRefusedSenderAnsweredOnItsConnection(t *testing.T) {
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("the refusal took %v", took)
+	}
+	// Before the cleanup closes the connections under a Send.
+	if errs := <-replied; errs[0] != nil || errs[1] == nil {
+		t.Errorf("reply to the sender: %v; to another node: %v (want it refused)", errs[0], errs[1])
 	}
 }
