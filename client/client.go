@@ -81,6 +81,17 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		}
 		o.tls = conf
 	}
+	if o.serverID != "" {
+		if o.tls == nil {
+			return nil, errors.New("dialing the daemon: a server identity needs TLS")
+		}
+		conf := o.tls.Clone()
+		// The host-name check is replaced by the identity check, which
+		// verifies the chain itself.
+		conf.InsecureSkipVerify = true
+		conf.VerifyConnection = remote.VerifyIdentity(o.serverID, conf.RootCAs)
+		o.tls = conf
+	}
 	if o.listen == "" {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -91,7 +102,9 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	rc := remote.NewConfig()
+	// Answers: a daemon that cannot dial this client back sends its
+	// refusal over the connection the message came on.
+	rc := remote.NewConfig().WithAnswers()
 	if o.tls != nil {
 		rc = rc.WithTLS(o.tls)
 	}
@@ -123,6 +136,9 @@ func (c *Client) receiveEvent(ctx *actor.Context) {
 		return
 	}
 	err := fmt.Errorf("%w at %s", ErrUnreachable, ev.ListenAddr)
+	if ev.Err != nil {
+		err = fmt.Errorf("%w at %s: %v", ErrUnreachable, ev.ListenAddr, ev.Err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for mb := range c.pending {

@@ -14,6 +14,7 @@ type Option func(*options)
 type options struct {
 	tls      *tls.Config
 	tlsFiles *[3]string
+	serverID string
 	listen   string
 	log      *slog.Logger
 }
@@ -25,6 +26,21 @@ type options struct {
 // tls.RequireAndVerifyClientCert). [LoadTLSFiles] builds one from files.
 func WithTLS(conf *tls.Config) Option {
 	return func(o *options) { o.tls = conf }
+}
+
+// WithServerID verifies the daemon by the identity its certificate carries
+// instead of by the host name of its address: id is a typed identity,
+// "uri:spiffe://mesh/supervisor" or "cn:daemon-1" (an untyped one takes
+// the kind it spells: with "://" a URI, else a CN), compared with the
+// daemon's certificate as the daemon names its peers (its first URI SAN,
+// else its CN). The chain is verified against the TLS configuration's
+// RootCAs, with the intermediates the daemon sends; the daemon's dials
+// back to this client must present the same identity. A daemon with a
+// URI-only certificate (a SPIFFE SVID, which names no host) needs it.
+// Without it the daemon's certificate must name the host of its address
+// (crypto/tls's check). It needs TLS.
+func WithServerID(id string) Option {
+	return func(o *options) { o.serverID = id }
 }
 
 // WithTLSFiles is [WithTLS] with the configuration [LoadTLSFiles] builds

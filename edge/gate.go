@@ -270,10 +270,17 @@ func (g *Gate) refuse(in Input, key, reason string, msg any, err error) {
 	now := g.cfg.Now()
 	g.logSampled(reason, now, "refused a remote message", "reason", reason, "peer", key,
 		"sender", pidString(in.Sender), "target", pidString(in.Target), "err", err)
-	if msg == nil || in.Sender == nil || g.cfg.Reply == nil {
+	g.answer(in, key, msg, err, g.cfg.Reply)
+}
+
+// answer sends the refusal of msg (nil: none) to its sender through send,
+// within the peer's reply rate: a round's rejected verdict to its reply_to,
+// a Rejected for anything else.
+func (g *Gate) answer(in Input, key string, msg any, err error, send func(to *actor.PID, msg any)) {
+	if msg == nil || in.Sender == nil || send == nil {
 		return
 	}
-	if !g.peers.allowReply(key, now) {
+	if !g.peers.allowReply(key, g.cfg.Now()) {
 		return
 	}
 	if sr, ok := msg.(messages.StartRound); ok {
@@ -284,11 +291,11 @@ func (g *Gate) refuse(in Input, key, reason string, msg any, err error) {
 		if sr.ReplyTo != nil && sr.ReplyTo.Address == in.Sender.Address && sr.ReplyTo.ID != "" {
 			to = actor.NewPID(sr.ReplyTo.Address, sr.ReplyTo.ID)
 		}
-		g.cfg.Reply(to, messages.RoundFinished{RoundID: clip(sr.RoundID, messages.MaxIDLen), Thread: clip(sr.Thread, 64),
+		send(to, messages.RoundFinished{RoundID: clip(sr.RoundID, messages.MaxIDLen), Thread: clip(sr.Thread, 64),
 			Status: messages.StatusRejected, Error: err.Error()})
 		return
 	}
-	g.cfg.Reply(in.Sender, messages.NewRejected(msg, err))
+	send(in.Sender, messages.NewRejected(msg, err))
 }
 
 // Refused records a refusal the transport made itself (reason is one of
@@ -296,7 +303,16 @@ func (g *Gate) refuse(in Input, key, reason string, msg any, err error) {
 func (g *Gate) Refused(reason, identity string, addr net.Addr, err error) {
 	g.count(reason)
 	g.logSampled(reason, g.cfg.Now(), "refused remote input", "reason", reason,
-		"peer", PeerKey(identity, addr, nil), "err", err)
+		"peer", PeerKey(identity, addr, nil), "addr", addrString(addr), "err", err)
+}
+
+// addrString is a connection's remote address for a log line ("" when
+// unknown).
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
 }
 
 func (g *Gate) count(reason string) {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/third_party/hollywood/remote"
 )
 
 // Kind is a class of messages a peer may be allowed to send.
@@ -238,15 +239,7 @@ func (p *Policy) Names(identity string) bool {
 // files ("spiffe://mesh/gateway", "alice-app") keep their meaning, and a
 // CN that spells a URI can no longer match them as a URI. "*" stays "*"
 // (every identity), "" stays "" (none).
-func Typed(s string) string {
-	switch {
-	case s == "" || s == "*" || strings.HasPrefix(s, "uri:") || strings.HasPrefix(s, "cn:"):
-		return s
-	case strings.Contains(s, "://"):
-		return "uri:" + s
-	}
-	return "cn:" + s
-}
+func Typed(s string) string { return remote.TypedIdentity(s) }
 
 // matchIdentity reports whether the identity matches one of patterns,
 // both typed.

@@ -113,7 +113,7 @@ func New(cfg Config) *Gateway {
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+		ErrorLog:          newErrorLog(g.log),
 	}
 	return g
 }

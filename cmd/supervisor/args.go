@@ -137,10 +137,11 @@ func quoteAll(words []string) string {
 // environment, so a shell can set the daemon's address and the node's TLS
 // files once.
 var callerEnv = map[string]string{
-	"addr":     "SUPERVISOR_ADDR",
-	"tls-cert": "SUPERVISOR_TLS_CERT",
-	"tls-key":  "SUPERVISOR_TLS_KEY",
-	"tls-ca":   "SUPERVISOR_TLS_CA",
+	"addr":      "SUPERVISOR_ADDR",
+	"tls-cert":  "SUPERVISOR_TLS_CERT",
+	"tls-key":   "SUPERVISOR_TLS_KEY",
+	"tls-ca":    "SUPERVISOR_TLS_CA",
+	"server-id": "SUPERVISOR_SERVER_ID",
 }
 
 // parseCaller is parseArgs for the remote callers: a flag missing from the

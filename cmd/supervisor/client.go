@@ -20,8 +20,13 @@ import (
 
 // dialDaemon starts a caller of the daemon at addr: listening on listen
 // (a free loopback port when empty), over mutual TLS when tlsConf is set.
-func dialDaemon(ctx context.Context, addr, listen string, tlsConf *tls.Config) (*client.Client, error) {
+// serverID, when set, is the identity the daemon's certificate must carry
+// (client.WithServerID).
+func dialDaemon(ctx context.Context, addr, listen string, tlsConf *tls.Config, serverID string) (*client.Client, error) {
 	opts := []client.Option{client.WithTLS(tlsConf)}
+	if serverID != "" {
+		opts = append(opts, client.WithServerID(serverID))
+	}
 	if listen != "" {
 		opts = append(opts, client.WithListenAddr(listen))
 	}
@@ -100,7 +105,7 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.instructions, "developer-instructions", "", "developer instructions for the thread")
 	fs.StringVar(&o.roundID, "round-id", "", "round id (default: minted by the daemon)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up waiting for the verdict after this long")
-	o.tls.register(fs)
+	o.tls.registerCaller(fs)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), roundUsage); fs.PrintDefaults() }
 	words, err := parseCaller(fs, args, someArgs)
 	if err != nil {
@@ -118,7 +123,7 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if o.roundID == "" {
 		o.roundID = fmt.Sprintf("cli-%d", time.Now().UnixNano())
 	}
-	c, err := dialDaemon(ctx, o.addr, o.listen, tlsConf)
+	c, err := dialDaemon(ctx, o.addr, o.listen, tlsConf, o.tls.serverID)
 	if err != nil {
 		return err
 	}
@@ -355,7 +360,7 @@ func controlCmd(ctx context.Context, what string, args []string, stdout, stderr 
 	roundID := fs.String("round-id", "", "only this round")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the answer")
 	var to tlsOptions
-	to.register(fs)
+	to.registerCaller(fs)
 	policy := noArgs
 	if what == "steer" {
 		policy = someArgs
@@ -373,7 +378,7 @@ func controlCmd(ctx context.Context, what string, args []string, stdout, stderr 
 		fmt.Fprintf(stderr, "supervisor %s: --user and --thread are required (and a message to steer with)\n", what)
 		return errUsage
 	}
-	c, err := dialDaemon(ctx, *addr, *listen, tlsConf)
+	c, err := dialDaemon(ctx, *addr, *listen, tlsConf, to.serverID)
 	if err != nil {
 		return err
 	}

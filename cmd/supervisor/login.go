@@ -30,7 +30,7 @@ func (a *accountFlags) register(fs *flag.FlagSet, timeout time.Duration) {
 	fs.StringVar(&a.listen, "listen", "", "`HOST:PORT` this caller listens on for answers (default: a free loopback port)")
 	fs.StringVar(&a.user, "user", "", "mesh user id (required)")
 	fs.DurationVar(&a.timeout, "timeout", timeout, "how long to wait for the daemon")
-	a.tls.register(fs)
+	a.tls.registerCaller(fs)
 }
 
 // dial connects to the daemon the flags name.
@@ -39,7 +39,7 @@ func (a *accountFlags) dial(ctx context.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return dialDaemon(ctx, a.addr, a.listen, conf)
+	return dialDaemon(ctx, a.addr, a.listen, conf, a.tls.serverID)
 }
 
 // loginCmd runs a ChatGPT device-code login (or stores an API key read from

@@ -109,23 +109,26 @@ func (b buildInfo) gauge() prometheus.Collector {
 
 // --- TLS files reloaded on SIGHUP ---
 
-// tlsFiles are the loaded certificate and CA of the remote link.
+// tlsFiles are the loaded certificate and CA bundle of the remote link.
 type tlsFiles struct {
-	cert  tls.Certificate
-	pool  *x509.CertPool
-	caPEM []byte
+	cert tls.Certificate
+	pool *x509.CertPool
 }
 
 // tlsReloader serves the remote's one tls.Config from files it can reload:
 // hollywood keeps the *tls.Config it was given for its listener and every
 // dial, so the config stays the same object and its callbacks read the
-// current files. Handshakes already done keep their certificates.
+// current files, in both directions. Handshakes already done keep their
+// certificates.
 type tlsReloader struct {
-	cur   atomic.Pointer[tlsFiles]
-	caPEM []byte // the CA file as loaded at start: RootCAs of the daemon's dials
+	cur atomic.Pointer[tlsFiles]
 	// admit, when set, refuses at the handshake a peer whose identity no
-	// grant of the authorization file names.
+	// grant of the authorization file names: callers dialling in, and the
+	// callers' listeners the daemon dials back.
 	admit func(identity string) bool
+	// log, when set, receives the refused dials (sampled).
+	log     *slog.Logger
+	dialLog *edge.Sampler
 }
 
 func loadTLSFiles(t tlsOptions) (*tlsFiles, error) {
@@ -136,11 +139,7 @@ func loadTLSFiles(t tlsOptions) (*tlsFiles, error) {
 	if conf == nil {
 		return nil, errors.New("TLS is off")
 	}
-	caPEM, err := os.ReadFile(t.ca)
-	if err != nil {
-		return nil, fmt.Errorf("reading the TLS CA: %w", err)
-	}
-	return &tlsFiles{cert: conf.Certificates[0], pool: conf.ClientCAs, caPEM: caPEM}, nil
+	return &tlsFiles{cert: conf.Certificates[0], pool: conf.ClientCAs}, nil
 }
 
 // newTLSReloader loads t and returns the reloader and the config to give
@@ -150,7 +149,7 @@ func newTLSReloader(t tlsOptions) (*tlsReloader, *tls.Config, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	r := &tlsReloader{caPEM: files.caPEM}
+	r := &tlsReloader{dialLog: edge.NewSampler(10, time.Minute)}
 	r.cur.Store(files)
 	conf := &tls.Config{
 		MinVersion: tls.VersionTLS13,
@@ -170,17 +169,21 @@ func newTLSReloader(t tlsOptions) (*tlsReloader, *tls.Config, error) {
 			f := r.cur.Load()
 			return &f.cert, nil
 		},
-		// As a client (the daemon dialling its callers back): the current
-		// certificate. The peer is verified by crypto/tls against the CA
-		// loaded at start (RootCAs): a callback could verify the chain
-		// against a reloaded CA, but not the host name, which a
-		// ConnectionState lacks for IP addresses; so a changed CA reaches
-		// this direction only with a restart, and reload says so.
+		// As a client (the daemon dialling its callers back, or another
+		// member): the current certificate, and the peer verified by
+		// identity, not host name. A caller's listener is at an address
+		// (127.0.0.1:port) its certificate need not name: a SPIFFE SVID
+		// names none. crypto/tls's own check (RootCAs and the host name)
+		// is off, and verifyDialled verifies the chain against the
+		// current bundle and the identity against the policy; the sender
+		// binding then requires it to be the very identity the caller's
+		// connection presented (remote.bindSender).
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			f := r.cur.Load()
 			return &f.cert, nil
 		},
-		RootCAs: files.pool,
+		InsecureSkipVerify: true,
+		VerifyConnection:   r.verifyDialled,
 	}
 	return r, conf, nil
 }
@@ -197,16 +200,31 @@ func (r *tlsReloader) verifyPeer(cs tls.ConnectionState) error {
 	return nil
 }
 
-// reload loads t's files and uses them for the next handshakes. caKept
-// reports a CA file that differs from the one loaded at start: the
-// daemon's own dials keep verifying callers against that one.
-func (r *tlsReloader) reload(t tlsOptions) (caKept bool, err error) {
+// verifyDialled verifies a peer the daemon dialled: its chain against the
+// current bundle (with the intermediates it sent), as a TLS server, and
+// its identity as verifyPeer does.
+func (r *tlsReloader) verifyDialled(cs tls.ConnectionState) error {
+	err := remote.VerifyChain(cs.PeerCertificates, r.cur.Load().pool, x509.ExtKeyUsageServerAuth)
+	if err == nil {
+		err = r.verifyPeer(cs)
+	}
+	if err != nil && r.log != nil {
+		if ok, skipped := r.dialLog.Take("dial", time.Now()); ok {
+			r.log.Warn("refused the certificate of a peer the daemon dialled", "peer", remote.DefaultIdentify(&cs), "err", err, "not_logged", skipped)
+		}
+	}
+	return err
+}
+
+// reload loads t's files and uses them for the next handshakes, incoming
+// and outgoing.
+func (r *tlsReloader) reload(t tlsOptions) error {
 	files, err := loadTLSFiles(t)
 	if err != nil {
-		return false, err
+		return err
 	}
 	r.cur.Store(files)
-	return !bytes.Equal(files.caPEM, r.caPEM), nil
+	return nil
 }
 
 // --- SIGHUP ---
@@ -252,15 +270,10 @@ func reload(args []string, running *serveOptions, level *slog.LevelVar, certs *t
 			log.Warn("TLS cannot be turned off by a reload; keeping the loaded files")
 			tlsState = "kept"
 		default:
-			caKept, err := certs.reload(o.tls)
-			switch {
-			case err != nil:
+			if err := certs.reload(o.tls); err != nil {
 				log.Error("reloading the TLS files failed; keeping the loaded ones", "err", err)
 				tlsState = "kept"
-			case caKept:
-				log.Warn("the TLS CA changed: incoming connections use it now, but the daemon's dials to its callers verify them against the CA loaded at start until a restart")
-				tlsState = "reloaded"
-			default:
+			} else {
 				tlsState = "reloaded"
 			}
 		}

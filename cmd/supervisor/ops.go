@@ -25,6 +25,13 @@ import (
 // for both roles and the CA that signs every peer.
 type tlsOptions struct {
 	cert, key, ca string
+	serverID      string // a caller's: the daemon's expected identity (--server-id)
+}
+
+// registerCaller is register for the callers, with --server-id.
+func (t *tlsOptions) registerCaller(fs *flag.FlagSet) {
+	t.register(fs)
+	fs.StringVar(&t.serverID, "server-id", "", "the daemon's expected certificate `IDENTITY` (uri:spiffe://mesh/supervisor, cn:daemon-1; untyped: a URI when it holds ://, else a CN): the daemon is verified by it instead of by the host name of --addr, which a SPIFFE certificate does not name (default $SUPERVISOR_SERVER_ID)")
 }
 
 func (t *tlsOptions) register(fs *flag.FlagSet) {

@@ -43,6 +43,9 @@ func newRemoteClientWith(daemonAddr, listen string, tlsConf *tls.Config, with ..
 			return nil, err
 		}
 	}
+	// A caller takes answers on its outbound connection (a refusal the
+	// daemon cannot dial back), as client.Dial's does.
+	with = append([]func(remote.Config) remote.Config{func(rc remote.Config) remote.Config { return rc.WithAnswers() }}, with...)
 	e, rem, err := newRemoteEngine(listen, tlsConf, with...)
 	if err != nil {
 		return nil, err

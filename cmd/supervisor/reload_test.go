@@ -2,6 +2,8 @@ package main
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"net"
 	"os"
 	"path/filepath"
@@ -189,9 +191,10 @@ func TestSIGHUPReload(t *testing.T) {
 	}
 }
 
-// TestTLSReloaderCAChange: reloading the same CA file reports nothing; a
-// changed one is reported (the daemon's own dials keep the CA loaded at
-// start), and new incoming handshakes trust the new CA at once.
+// TestTLSReloaderCAChange: a reloaded CA bundle reaches both directions
+// at once: incoming handshakes (ClientCAs) and the daemon's own dials,
+// which verify the peer's chain against the current bundle (no "CA kept
+// until restart"). A bundle without PEM changes nothing.
 func TestTLSReloaderCAChange(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlsNewCA(t, dir, "ca", "first CA")
@@ -201,33 +204,60 @@ func TestTLSReloaderCAChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kept, err := r.reload(opts); err != nil || kept {
-		t.Errorf("reload of the same files: kept %v, err %v; want neither", kept, err)
-	}
 	other := tlsNewCA(t, t.TempDir(), "ca", "second CA")
+	oldPeer, _ := ca.issue(t, dir, "peer-old")
+	newPeer, _ := other.issue(t, dir, "peer-new")
+	dialled := func(certFile string) error {
+		return conf.VerifyConnection(tls.ConnectionState{PeerCertificates: []*x509.Certificate{parseCertFile(t, certFile)}})
+	}
+	if err := dialled(oldPeer); err != nil {
+		t.Errorf("a dialled peer of the loaded CA: %v", err)
+	}
+	if err := dialled(newPeer); err == nil {
+		t.Error("a dialled peer of a CA not yet loaded was accepted")
+	}
 	if err := os.WriteFile(ca.pem, mustRead(t, other.pem), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kept, err := r.reload(opts)
-	if err != nil || !kept {
-		t.Errorf("reload of a changed CA: kept %v, err %v; want it reported", kept, err)
+	if err := r.reload(opts); err != nil {
+		t.Fatalf("reload of a changed CA: %v", err)
 	}
 	server, err := conf.GetConfigForClient(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !server.ClientCAs.Equal(other.pool) || !conf.RootCAs.Equal(ca.pool) {
-		t.Error("incoming handshakes do not trust the new CA, or the dials lost the one loaded at start")
+	if !server.ClientCAs.Equal(other.pool) {
+		t.Error("incoming handshakes do not trust the new CA")
+	}
+	if err := dialled(newPeer); err != nil {
+		t.Errorf("after the reload, a dialled peer of the new CA: %v", err)
+	}
+	if err := dialled(oldPeer); err == nil {
+		t.Error("after the reload, a dialled peer of the removed CA was accepted")
 	}
 	if err := os.WriteFile(ca.pem, []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.reload(opts); err == nil {
+	if err := r.reload(opts); err == nil {
 		t.Error("a CA file without PEM was accepted")
 	}
 	if server, _ := conf.GetConfigForClient(nil); !server.ClientCAs.Equal(other.pool) {
 		t.Error("a failed reload changed the trusted CA")
 	}
+}
+
+// parseCertFile is the first certificate of a PEM file.
+func parseCertFile(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(mustRead(t, path))
+	if block == nil {
+		t.Fatalf("%s holds no PEM", path)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func mustRead(t *testing.T, path string) []byte {

@@ -266,6 +266,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if o.policy != nil {
 			certs.admit = o.policy.Names
 		}
+		certs.log = log
 	}
 	iso, err := o.isolation.node(o.homes, o.workspace, []string{o.tls.cert, o.tls.key, o.tls.ca, o.authz}, log)
 	if err != nil {

@@ -346,18 +346,22 @@ func TestTLSCARollover(t *testing.T) {
 
 // TestTLSReplyDialFailureKeepsServing: over mutual TLS the daemon dials
 // each caller back to deliver its replies. When that dial fails — here a
-// caller whose certificate is signed by the CA (so its requests get in) but
-// names only a DNS name, not the IP address of its listener, so the
-// daemon cannot verify it; the same happens with a caller that went away
-// (connection refused) while replies were still due — the daemon must drop
-// those replies and keep serving everyone else. It runs the built binary,
-// because a crash of the daemon would take the test binary with it.
+// caller whose outbound certificate the CA signed (so its requests get
+// in) but whose listener presents one of another CA, so the daemon cannot
+// verify it; the same happens with a caller that went away (connection
+// refused) while replies were still due — the daemon refuses the message
+// as from an unverified sender, tells the caller so over the connection
+// the message came on (it prints a refusal at once instead of waiting out
+// its timeout), and keeps serving everyone else. It runs the built
+// binary, because a crash of the daemon would take the test binary with
+// it.
 func TestTLSReplyDialFailureKeepsServing(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlsNewCA(t, dir, "ca", "meshweaver test CA")
 	daemonCert, daemonKey := ca.issue(t, dir, "daemon")
 	goodCert, goodKey := ca.issue(t, dir, "good")
-	badCert, badKey := ca.issueFor(t, dir, "no-ip-san", nil, []string{"caller.example"})
+	rogue := tlsNewCA(t, dir, "rogue-ca", "meshweaver test CA")
+	rogueCert, rogueKey := rogue.issue(t, t.TempDir(), "good") // the same CN, another CA
 	exe := opsBuild(t, dir)
 
 	addr, err := freeLoopbackAddr()
@@ -373,16 +377,28 @@ func TestTLSReplyDialFailureKeepsServing(t *testing.T) {
 		"--tls-ca", ca.pem, "--authz-allow-any", "--metrics-listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug")
 	metrics := srv.waitMsg("metrics serving")
 
-	bad := opsNewCaller(t, addr, tlsConfig(t, badCert, badKey, ca.pem))
-	badAddr := bad.c.engine.Address()
+	goodPair, err := tls.LoadX509KeyPair(goodCert, goodKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badConf := tlsConfig(t, rogueCert, rogueKey, ca.pem) // the listener: another CA
+	badConf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &goodPair, nil }
+	bad := opsNewCaller(t, addr, badConf)
 	crashed := func(rec map[string]any) bool { return rec["msg"] == "Actor crashed and restarted" }
 	// The sender of each request must be dialled back to prove its
-	// identity; the dial fails (the certificate has no IP SAN), so the
-	// request is refused as from an unverified sender (and nothing is sent
-	// there), with the daemon still up.
-	_ = badAddr
+	// identity; the dial fails (the listener's chain does not verify), so
+	// the request is refused as from an unverified sender, the refusal
+	// comes back over the caller's own connection, and the daemon is up.
 	for i := 1; i <= 2; i++ {
-		bad.start(messages.StartRound{User: "../bad", Thread: "t", Text: "x"})
+		id := bad.start(messages.StartRound{User: "bad", Thread: "t", Text: "x"})
+		m := bad.awaitOther("the refusal", opsWait, func(m any) bool {
+			v, ok := m.(messages.RoundFinished)
+			return ok && v.RoundID == id
+		})
+		if v := m.(messages.RoundFinished); v.Status != messages.StatusRejected || !strings.Contains(v.Error, "cannot verify the sender") ||
+			!strings.Contains(v.Error, "certificate signed by unknown authority") {
+			t.Errorf("refused sender #%d: %+v, want rejected, naming the failed verification", i, v)
+		}
 		opsWaitMetric(t, fmt.Sprintf("http://%s/metrics", metrics["listen"]), "supervisor_remote_rejected_total", `reason="sender"`,
 			fmt.Sprintf(">= %d", i), func(v float64) bool { return v >= float64(i) })
 		if !srv.running() {
@@ -390,6 +406,9 @@ func TestTLSReplyDialFailureKeepsServing(t *testing.T) {
 			t.Fatalf("reply dial failure #%d: the daemon died (%v):\n%s", i, srv.err, srv.crash())
 		}
 	}
+	srv.waitCount("the refused dial back", 1, func(rec map[string]any) bool {
+		return rec["msg"] == "refused the certificate of a peer the daemon dialled" && rec["peer"] == "cn:good"
+	})
 	if rec, found := srv.find(crashed); found {
 		stack, _ := rec["stack"].(string)
 		t.Errorf("a failed reply dial crashed an actor of the daemon (%d times): %v\n%s", srv.count(crashed), rec["pid"], stack[:min(len(stack), 400)])

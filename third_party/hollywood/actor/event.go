@@ -100,6 +100,10 @@ func (e EngineRemoteMissingEvent) Log() (slog.Level, string, []any) {
 type RemoteUnreachableEvent struct {
 	// The listen address of the remote we are trying to dial.
 	ListenAddr string
+	// Err is why (meshweaver patch): the dial's error, or the one that
+	// ended the connection (a TLS alert the peer sent, such as a refused
+	// certificate); nil when the writer only idled out.
+	Err error
 }
 
 // DeadLetterEvent is delivered to the deadletter actor when a message can't be delivered to it's recipient

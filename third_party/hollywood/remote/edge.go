@@ -5,7 +5,11 @@ package remote
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
@@ -39,6 +43,17 @@ type Refusal struct {
 	Peer   Peer
 	Reason string // one of the Refuse* constants
 	Err    error  // detail, safe to log (no payload bytes)
+
+	// For a message refused as RefuseSender (its sender could not be bound
+	// to the connection, so nothing can be sent to that address): the
+	// message and its sender as the frame named them, and Reply, which
+	// sends a message back over the connection the refused one came on, to
+	// a PID on the sender's node. The peer delivers it when its remote
+	// takes answers on its outbound connections (WithAnswers); a peer that
+	// does not, drops it. Nil otherwise.
+	Sender *actor.PID
+	Msg    any
+	Reply  func(to *actor.PID, msg any) error
 }
 
 // The reasons of a Refusal.
@@ -118,6 +133,18 @@ func (c Config) WithIdentify(f func(*tls.ConnectionState) string) Config {
 	return c
 }
 
+// WithAnswers makes the remote deliver the messages a peer sends back
+// over a connection this remote dialled (Refusal.Reply on the other side):
+// a caller's remote sets it, so that a daemon that cannot dial it back can
+// still tell it that its message was refused. Only messages addressed to
+// this remote's own address are delivered. Without it (a daemon's remote:
+// the peers it dials are callers, whose messages must pass the edge) they
+// are read and dropped.
+func (c Config) WithAnswers() Config {
+	c.answers = true
+	return c
+}
+
 // WithListener wraps the TCP listener before anything else sees its
 // connections (below TLS, the per-IP cap and the handshake deadline): a
 // connection the wrapper does not hand out costs the transport nothing.
@@ -131,6 +158,21 @@ func (c Config) WithListener(wrap func(net.Listener) net.Listener) Config {
 func (c Config) WithLimits(l Limits) Config {
 	c.limits = l
 	return c
+}
+
+// TypedIdentity is an identity, or an identity pattern, with its kind:
+// "uri:<URI>" and "cn:<CN>" stay as they are; a name without a kind takes
+// the one it spells, a URI when it holds "://", else a CN. "*" and "" stay.
+// It is the one rule by which DefaultIdentify's names, the policy's
+// patterns and a caller's expected server identity are compared.
+func TypedIdentity(s string) string {
+	switch {
+	case s == "" || s == "*" || strings.HasPrefix(s, "uri:") || strings.HasPrefix(s, "cn:"):
+		return s
+	case strings.Contains(s, "://"):
+		return "uri:" + s
+	}
+	return "cn:" + s
 }
 
 // DefaultIdentify names a TLS peer by the first URI SAN of its leaf
@@ -152,6 +194,46 @@ func DefaultIdentify(cs *tls.ConnectionState) string {
 		return "cn:" + cn
 	}
 	return ""
+}
+
+// VerifyChain verifies a peer's certificates as a handshake hands them
+// over (leaf first, then the intermediates the peer sent) against roots,
+// for usage, now: what crypto/tls does before it checks a host name. With
+// it, a peer is verified by its identity (DefaultIdentify of the same
+// state) instead of by the host it was dialled at, which a URI-only
+// certificate (a SPIFFE SVID) does not name.
+func VerifyChain(certs []*x509.Certificate, roots *x509.CertPool, usage x509.ExtKeyUsage) error {
+	if len(certs) == 0 {
+		return errors.New("the peer presented no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}})
+	return err
+}
+
+// VerifyIdentity returns a tls.Config.VerifyConnection for a node that
+// expects its peer to be want (a typed identity, TypedIdentity): as a
+// client it verifies the chain against roots itself (the config sets
+// InsecureSkipVerify, which turns off crypto/tls's chain and host-name
+// checks alike); as a server crypto/tls has verified the client's chain
+// (VerifiedChains) against its ClientCAs. Either way the peer's
+// DefaultIdentify must be want.
+func VerifyIdentity(want string, roots *x509.CertPool) func(tls.ConnectionState) error {
+	want = TypedIdentity(want)
+	return func(cs tls.ConnectionState) error {
+		if len(cs.VerifiedChains) == 0 {
+			if err := VerifyChain(cs.PeerCertificates, roots, x509.ExtKeyUsageServerAuth); err != nil {
+				return err
+			}
+		}
+		if got := DefaultIdentify(&cs); got != want {
+			return fmt.Errorf("the peer is %.200q, not %.200q", got, want)
+		}
+		return nil
+	}
 }
 
 // TooLargeEvent is broadcast on the engine's event stream when a local actor

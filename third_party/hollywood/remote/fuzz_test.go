@@ -57,7 +57,7 @@ func FuzzEnvelope(f *testing.F) {
 			return
 		}
 		for _, m := range env.Messages {
-			rd.handle(peer, map[string]struct{}{}, &env, m)
+			rd.handle(peer, map[string]struct{}{}, &env, m, nil)
 		}
 		if n := panics.Load(); n > 0 {
 			t.Fatalf("%d panics handling messages, last: %v", n, lastPanic.Load())

@@ -31,6 +31,7 @@ type Config struct {
 	identify func(*tls.ConnectionState) string
 	limits   Limits
 	wrap     func(net.Listener) net.Listener
+	answers  bool
 }
 
 // NewConfig returns a new default remote configuration.

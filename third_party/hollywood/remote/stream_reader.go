@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
+	"google.golang.org/protobuf/proto"
 	"storj.io/drpc/drpcctx"
 )
 
@@ -66,7 +67,7 @@ func (r *streamReader) Receive(stream DRPCRemote_ReceiveStream) error {
 			conn.establish()
 		}
 		for _, msg := range envelope.Messages {
-			r.handle(peer, senders, envelope, msg)
+			r.handle(peer, senders, envelope, msg, stream)
 		}
 	}
 
@@ -74,7 +75,7 @@ func (r *streamReader) Receive(stream DRPCRemote_ReceiveStream) error {
 }
 
 // handle checks and delivers one message; whatever goes wrong drops only it.
-func (r *streamReader) handle(peer Peer, senders map[string]struct{}, env *Envelope, msg *Message) {
+func (r *streamReader) handle(peer Peer, senders map[string]struct{}, env *Envelope, msg *Message, stream DRPCRemote_ReceiveStream) {
 	defer func() {
 		if v := recover(); v != nil {
 			s := fmt.Sprint(v)
@@ -102,7 +103,10 @@ func (r *streamReader) handle(peer Peer, senders map[string]struct{}, env *Envel
 				return
 			}
 			if err := r.remote.bindSender(peer, sender); err != nil {
-				r.remote.refuse(Refusal{Peer: peer, Reason: RefuseSender, Err: err})
+				// Its address cannot be sent to: the refusal may go back
+				// over this connection, the one way left to the sender.
+				r.remote.refuse(Refusal{Peer: peer, Reason: RefuseSender, Err: err,
+					Sender: sender, Msg: payload, Reply: answerOn(stream, r.remote.limits.MaxFrame, sender.Address)})
 				return
 			}
 			senders[sender.Address] = struct{}{}
@@ -116,6 +120,31 @@ func (r *streamReader) handle(peer Peer, senders map[string]struct{}, env *Envel
 		}
 	}
 	r.remote.engine.SendLocal(target, payload, sender)
+}
+
+// answerOn returns a Refusal.Reply that sends over stream (the reader's
+// own: the handler goroutine is its only sender) to PIDs on addr, the
+// sender's node.
+func answerOn(stream DRPCRemote_ReceiveStream, maxFrame int, addr string) func(to *actor.PID, msg any) error {
+	return func(to *actor.PID, msg any) error {
+		if to == nil || to.Address != addr {
+			return errors.New("an answer goes to the sender's node only")
+		}
+		pm, ok := msg.(proto.Message)
+		if !ok {
+			return fmt.Errorf("an answer must be a proto, not %T", msg)
+		}
+		data, err := proto.Marshal(pm)
+		if err != nil {
+			return err
+		}
+		if len(data) > maxFrame/2 {
+			return fmt.Errorf("an answer of %d bytes is over the limit", len(data))
+		}
+		var b envelopeBuilder
+		b.add(&streamDeliver{target: to, msg: msg}, string(proto.MessageName(pm)), data)
+		return stream.Send(b.env)
+	}
 }
 
 // maxSendersPerConn bounds the sender addresses one connection may name

@@ -131,13 +131,14 @@ func (w *streamWriter) run(ctx context.Context) {
 	defer w.r.wg.Done()
 	defer close(w.done)
 	reason := "stopped"
-	defer func() { w.shutdown(ctx, reason) }()
+	var cause error // why the peer is unreachable, for RemoteUnreachableEvent
+	defer func() { w.shutdown(ctx, reason, cause) }()
 
 	rawconn, err := w.dial(ctx)
 	if err != nil {
 		w.dialErr = err
 		close(w.ready)
-		reason = "unreachable"
+		reason, cause = "unreachable", err
 		return
 	}
 	if tc, ok := rawconn.(*tls.Conn); ok {
@@ -146,6 +147,15 @@ func (w *streamWriter) run(ctx context.Context) {
 	}
 	close(w.ready)
 
+	// The first read error is the connection's end as the peer made it
+	// (under TLS 1.3 a refused certificate shows only here, as the alert
+	// the peer sent), before drpc's own errors about its closing.
+	rec := &readErrConn{Conn: rawconn}
+	rawconn = rec
+	// The remote's stop cuts the connection at once: with a Recv pending,
+	// drpc's own cancel first waits for the write lock, which a peer that
+	// stopped reading holds until the write deadline.
+	defer context.AfterFunc(ctx, func() { _ = rec.Close() })()
 	lim := w.r.limits
 	conn := drpcconn.NewWithOptions(rawconn, drpcconn.Options{
 		Manager: drpcmanager.Options{
@@ -156,10 +166,21 @@ func (w *streamWriter) run(ctx context.Context) {
 	stream, err := NewDRPCRemoteClient(conn).Receive(ctx)
 	if err != nil {
 		slog.Debug("remote stream", "remote", w.addr, "err", err)
-		reason = "unreachable"
+		reason, cause = "unreachable", err
 		return
 	}
 	slog.Debug("connected", "remote", w.addr)
+	// The peer's answers on this connection (a refusal it could not send
+	// otherwise), read on a goroutine of this writer's, joined at its end.
+	recvDone := make(chan struct{})
+	go func() { defer close(recvDone); _ = w.receive(stream) }()
+	defer func() {
+		_ = conn.Close()
+		<-recvDone
+		if cause == nil && reason == "lost" {
+			cause = rec.err()
+		}
+	}()
 
 	last := time.Now()
 	timer := time.NewTimer(lim.IdleTimeout)
@@ -206,6 +227,72 @@ func (w *streamWriter) run(ctx context.Context) {
 	}
 }
 
+// readErrConn keeps the first error a Read returned.
+type readErrConn struct {
+	net.Conn
+	mu    sync.Mutex
+	first error
+}
+
+func (c *readErrConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil {
+		c.mu.Lock()
+		if c.first == nil {
+			c.first = err
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+func (c *readErrConn) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first
+}
+
+// receive reads what the peer sends back on this connection until it
+// ends, and returns the error that ended it. With Config.WithAnswers each
+// message addressed to this node is delivered (checked as the reader checks
+// its frames; a bad one is dropped); without, every one is dropped.
+func (w *streamWriter) receive(stream DRPCRemote_ReceiveStream) error {
+	for {
+		env, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		for _, msg := range env.Messages {
+			w.answer(env, msg)
+		}
+	}
+}
+
+func (w *streamWriter) answer(env *Envelope, msg *Message) {
+	defer func() {
+		if v := recover(); v != nil {
+			slog.Warn("remote: an answer panicked; dropped", "remote", w.addr, "panic", fmt.Sprintf("%.200v", v))
+		}
+	}()
+	if !w.r.config.answers {
+		slog.Debug("remote: dropped a message sent back on an outbound connection", "remote", w.addr)
+		return
+	}
+	target, sender, tname, err := checkMessage(env, msg)
+	if err == nil && target.Address != w.r.addr {
+		err = fmt.Errorf("target %.100q is not this node", target.Address)
+	}
+	var payload any
+	if err == nil {
+		payload, err = ProtoSerializer{}.Deserialize(msg.Data, tname)
+	}
+	if err != nil {
+		slog.Debug("remote: dropped an answer", "remote", w.addr, "err", err)
+		return
+	}
+	w.r.engine.SendLocal(target, payload, sender)
+}
+
 // idleStep decides, at now, whether a writer that last sent at last idles
 // out (nothing held) or owes a keepalive (held).
 func idleStep(held bool, last, now time.Time, lim Limits) (idle, keepalive bool) {
@@ -226,7 +313,7 @@ func nextWake(held bool, last, now time.Time, lim Limits) time.Duration {
 // shutdown closes the writer for good: later sends go to a new writer.
 // Queued messages are dropped. Except when the remote stops, the engine
 // hears RemoteUnreachableEvent as upstream.
-func (w *streamWriter) shutdown(ctx context.Context, reason string) {
+func (w *streamWriter) shutdown(ctx context.Context, reason string, cause error) {
 	w.mu.Lock()
 	w.closed = true
 	dropped := len(w.queue)
@@ -236,7 +323,7 @@ func (w *streamWriter) shutdown(ctx context.Context, reason string) {
 	// Upstream's router logged this line; operators (and tests) know it.
 	slog.Debug("stream terminated", "remote", w.addr, "reason", reason, "dropped", dropped)
 	if ctx.Err() == nil && reason != "stopped" { // a stop is not the peer's loss
-		w.r.engine.BroadcastEvent(actor.RemoteUnreachableEvent{ListenAddr: w.addr})
+		w.r.engine.BroadcastEvent(actor.RemoteUnreachableEvent{ListenAddr: w.addr, Err: cause})
 	}
 }
 

@@ -235,3 +235,42 @@ func TestCustomIdentify(t *testing.T) {
 		t.Errorf("identity %q", got)
 	}
 }
+
+// TestRefusedSenderAnsweredOnItsConnection: a message whose sender cannot
+// be bound (here its listener presents another identity than its
+// connection) cannot be answered at the sender's address; Refusal.Reply
+// sends the answer back over the connection the message came on, and a
+// remote WithAnswers delivers it to the sender's actor at once.
+func TestRefusedSenderAnsweredOnItsConnection(t *testing.T) {
+	p := newPKI(t)
+	lim := Limits{DialTimeout: 500 * time.Millisecond}
+	refused := make(chan Refusal, 16)
+	replied := make(chan [2]error, 16) // the two Reply calls' errors, checked on the test's goroutine
+	d := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/daemon")).WithLimits(lim).
+		WithOnRefuse(func(rf Refusal) {
+			refused <- rf
+			if rf.Reply != nil {
+				replied <- [2]error{rf.Reply(rf.Sender, wrapperspb.String("refused: "+rf.Reason)),
+					rf.Reply(actor.NewPID("127.0.0.1:1", "x"), wrapperspb.String("elsewhere"))}
+			}
+		}))
+	conf := p.config(t, "spiffe://mesh/carol-listener")
+	carolCert := p.config(t, "spiffe://mesh/carol").Certificates[0]
+	conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &carolCert, nil }
+	carol := newNode(t, NewConfig().WithTLS(conf).WithLimits(lim).WithAnswers())
+	start := time.Now()
+	carol.e.SendWithSender(d.echo, wrapperspb.String("hi"), carol.sink)
+	if rf := <-refused; rf.Reason != RefuseSender || rf.Sender == nil || rf.Sender.Address != carol.addr || rf.Msg == nil {
+		t.Fatalf("refusal %+v, want %q with the sender and message", rf, RefuseSender)
+	}
+	if got := carol.recv(t).msg.(*wrapperspb.StringValue).GetValue(); got != "refused: "+RefuseSender {
+		t.Fatalf("carol got %q", got)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the refusal took %v", took)
+	}
+	// Before the cleanup closes the connections under a Send.
+	if errs := <-replied; errs[0] != nil || errs[1] == nil {
+		t.Errorf("reply to the sender: %v; to another node: %v (want it refused)", errs[0], errs[1])
+	}
+}
