@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/meshweaver/supervisor/cluster"
 	"github.com/meshweaver/supervisor/procs"
 )
@@ -84,7 +86,15 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 			return nil
 		case <-tick.C:
 			f.scan()
-			if now := cluster.BootNow(); !deadline.IsZero() && !now.Before(deadline) {
+			// Renewals written before now count: the ones the reader
+			// holds, and (below) any still in the pipe. A helper that was
+			// descheduled (a loaded machine) or slow to scan wakes with
+			// both its tick and fresh lines ready; deciding on the last
+			// line read killed a renewed daemon's app-servers (issue 22's
+			// chaos run: 2 survivors at once, "fence time passed 259ms
+			// ago" 0.1 s after a renewal).
+			deadline = newest(deadline, lines)
+			if now := cluster.BootNow(); !deadline.IsZero() && !now.Before(deadline) && !inputPending(stdin) {
 				if n := f.kill(); n > 0 {
 					f.logf("the daemon did not renew its lease in time (fence time passed %v ago): killed %d app-server groups", now.Sub(deadline).Round(time.Millisecond), n)
 				}
@@ -92,6 +102,37 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 			}
 		}
 	}
+}
+
+// newest is the last fence time lines holds now, or deadline when none.
+func newest(deadline time.Time, lines <-chan time.Time) time.Time {
+	for {
+		select {
+		case at := <-lines:
+			deadline = at
+		default:
+			return deadline
+		}
+	}
+}
+
+// inputPending reports whether in is a pipe (or another file) with bytes
+// written and not read yet (FIONREAD, which is TIOCINQ): a renewal the reader has yet to
+// take. Not a file: false.
+func inputPending(in io.Reader) bool {
+	f, ok := in.(*os.File)
+	if !ok {
+		return false
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	if cerr := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); cerr != nil || err != nil {
+		return false
+	}
+	return n > 0
 }
 
 // fence is what the helper knows of the daemon's app-servers.

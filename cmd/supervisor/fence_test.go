@@ -227,3 +227,43 @@ func TestFenceKillsAStoppedDaemon(t *testing.T) {
 		t.Fatal("the fence did not exit at the end of its input")
 	}
 }
+
+// TestFenceInputPending: a renewal written to the helper's pipe and not
+// read yet is seen, so the helper does not fence on an older one.
+func TestFenceInputPending(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if inputPending(r) {
+		t.Fatal("an empty pipe has input pending")
+	}
+	if _, err := fmt.Fprintln(w, cluster.BootNow().UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	if !inputPending(r) {
+		t.Fatal("a written line is not pending")
+	}
+	if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if inputPending(r) {
+		t.Fatal("a read line is still pending")
+	}
+	pr, pw := io.Pipe()
+	defer pr.Close()
+	defer pw.Close()
+	if inputPending(pr) {
+		t.Fatal("an io.Pipe has input pending")
+	}
+	// The reader's held line is taken before a decision.
+	lines := make(chan time.Time, 2)
+	a, b := time.Unix(1, 0), time.Unix(2, 0)
+	lines <- a
+	lines <- b
+	if got := newest(time.Time{}, lines); !got.Equal(b) {
+		t.Fatalf("newest = %v, want %v", got, b)
+	}
+}
