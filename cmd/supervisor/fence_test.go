@@ -258,12 +258,18 @@ func TestFenceInputPending(t *testing.T) {
 	if inputPending(pr) {
 		t.Fatal("an io.Pipe has input pending")
 	}
-	// The reader's held line is taken before a decision.
-	lines := make(chan time.Time, 2)
-	a, b := time.Unix(1, 0), time.Unix(2, 0)
-	lines <- a
-	lines <- b
-	if got := newest(time.Time{}, lines); !got.Equal(b) {
-		t.Fatalf("newest = %v, want %v", got, b)
+	// Every complete line taken counts, the last one wins, a partial
+	// line waits for its end.
+	var in fenceInput
+	in.add([]byte("1000\n2000\n30"))
+	if got := in.latest(time.Time{}); !got.Equal(time.Unix(0, 2000)) {
+		t.Fatalf("latest = %v, want the second line's", got)
+	}
+	in.add([]byte("00\n"))
+	if got := in.latest(time.Unix(0, 2000)); !got.Equal(time.Unix(0, 3000)) {
+		t.Fatalf("latest = %v, want the completed third line's", got)
+	}
+	if got := in.latest(time.Unix(0, 3000)); !got.Equal(time.Unix(0, 3000)) {
+		t.Fatalf("latest with nothing new = %v", got)
 	}
 }
