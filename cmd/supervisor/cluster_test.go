@@ -57,6 +57,7 @@ type testCluster struct {
 	violations             []string
 	extra                  []string          // more serve flags
 	external               *etcdtest.Cluster // nil: each member runs an embedded etcd member
+	endpointsOf            map[int]string    // with external: a member's own --etcd-endpoints (proxies), else external's
 }
 
 type clusterMember struct {
@@ -76,11 +77,23 @@ func newTestClusterOn(t *testing.T, n int, ec *etcdtest.Cluster, extra ...string
 	return startTestCluster(t, n, ec, extra)
 }
 
+// newTestClusterVia is newTestClusterOn where member i reaches etcd at
+// endpoints[i] (comma-separated, e.g. proxies the test can cut) when set.
+func newTestClusterVia(t *testing.T, n int, ec *etcdtest.Cluster, endpoints map[int]string, extra ...string) *testCluster {
+	t.Helper()
+	return startTestClusterVia(t, n, ec, endpoints, extra)
+}
+
 func startTestCluster(t *testing.T, n int, ec *etcdtest.Cluster, extra []string) *testCluster {
+	t.Helper()
+	return startTestClusterVia(t, n, ec, nil, extra)
+}
+
+func startTestClusterVia(t *testing.T, n int, ec *etcdtest.Cluster, endpoints map[int]string, extra []string) *testCluster {
 	t.Helper()
 	root := t.TempDir()
 	tc := &testCluster{t: t, bin: codexBin(t), root: root, exe: opsBuild(t, root),
-		homes: filepath.Join(root, "homes"), workspace: filepath.Join(root, "workspace"), extra: extra, external: ec}
+		homes: filepath.Join(root, "homes"), workspace: filepath.Join(root, "workspace"), extra: extra, external: ec, endpointsOf: endpoints}
 	if err := os.MkdirAll(tc.workspace, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +158,11 @@ func (tc *testCluster) start(i int, initial, clients string) {
 		"--cluster", "c1", "--member", m.id,
 		"--lease-ttl", testLeaseTTL.String(), "--fence-margin", testFenceMargin.String()}
 	if tc.external != nil {
-		args = append(args, "--etcd-endpoints", tc.external.Endpoints(), "--etcd-election-timeout", etcdtest.ElectionTimeout.String())
+		eps := tc.external.Endpoints()
+		if own, ok := tc.endpointsOf[i]; ok {
+			eps = own
+		}
+		args = append(args, "--etcd-endpoints", eps, "--etcd-election-timeout", etcdtest.ElectionTimeout.String())
 	} else {
 		args = append(args, "--allow-plaintext", "--etcd-name", m.id, "--etcd-dir", m.dir,
 			"--etcd-peer-listen", m.peer, "--etcd-client-listen", m.client, "--etcd-initial-cluster", initial,

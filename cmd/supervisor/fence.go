@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -10,8 +10,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/meshweaver/supervisor/cluster"
 	"github.com/meshweaver/supervisor/procs"
@@ -57,17 +60,17 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 		}
 		f.daemonID = &procs.ID{PID: *pid, Start: st.Start}
 	}
-	lines := make(chan time.Time)
+	in := &fenceInput{}
 	ended := make(chan struct{})
 	go func() { // ends with the input: the daemon holds the only writer
 		defer close(ended)
-		sc := bufio.NewScanner(stdin)
-		for sc.Scan() {
-			ns, err := strconv.ParseInt(strings.TrimSpace(sc.Text()), 10, 64)
+		buf := make([]byte, 4096)
+		for {
+			n, err := stdin.Read(buf)
+			in.add(buf[:n])
 			if err != nil {
-				continue
+				return
 			}
-			lines <- time.Unix(0, ns)
 		}
 	}()
 	var deadline time.Time // zero: no lease yet, nothing to fence
@@ -75,8 +78,6 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 	defer tick.Stop()
 	for {
 		select {
-		case at := <-lines:
-			deadline = at
 		case <-ended:
 			if n := f.kill(); n > 0 {
 				f.logf("the daemon ended and left %d app-server groups: killed", n)
@@ -84,7 +85,15 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 			return nil
 		case <-tick.C:
 			f.scan()
-			if now := cluster.BootNow(); !deadline.IsZero() && !now.Before(deadline) {
+			// Renewals written before now count: every line the reader
+			// took from the pipe, and (below) any still in it. A helper
+			// descheduled on a loaded machine wakes with its tick and
+			// fresh lines ready; deciding on the last line it had handled
+			// killed renewed daemons' app-servers (issue 22's chaos run:
+			// "fence time passed 259ms ago" 0.1 s after a renewal, and
+			// 609ms with four newer lines held in the reader's buffer).
+			deadline = in.latest(deadline)
+			if now := cluster.BootNow(); !deadline.IsZero() && !now.Before(deadline) && !inputPending(stdin) {
 				if n := f.kill(); n > 0 {
 					f.logf("the daemon did not renew its lease in time (fence time passed %v ago): killed %d app-server groups", now.Sub(deadline).Round(time.Millisecond), n)
 				}
@@ -92,6 +101,58 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 			}
 		}
 	}
+}
+
+// fenceInput is what the reader took from the daemon's pipe and the
+// deciding loop has not parsed yet: the reader only appends, so a line
+// is never held back from the decision (a reader that handed lines over
+// one at a time held the rest in its buffer while the loop decided).
+type fenceInput struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (in *fenceInput) add(b []byte) {
+	in.mu.Lock()
+	in.buf = append(in.buf, b...)
+	in.mu.Unlock()
+}
+
+// latest parses every complete line taken so far and returns the last
+// fence time among them, or deadline when there is none; a partial line
+// waits for its end.
+func (in *fenceInput) latest(deadline time.Time) time.Time {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for {
+		i := bytes.IndexByte(in.buf, '\n')
+		if i < 0 {
+			return deadline
+		}
+		if ns, err := strconv.ParseInt(strings.TrimSpace(string(in.buf[:i])), 10, 64); err == nil {
+			deadline = time.Unix(0, ns)
+		}
+		in.buf = in.buf[i+1:]
+	}
+}
+
+// inputPending reports whether in is a pipe (or another file) with bytes
+// written and not read yet (FIONREAD, which is TIOCINQ): a renewal the reader has yet to
+// take. Not a file: false.
+func inputPending(in io.Reader) bool {
+	f, ok := in.(*os.File)
+	if !ok {
+		return false
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	if cerr := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); cerr != nil || err != nil {
+		return false
+	}
+	return n > 0
 }
 
 // fence is what the helper knows of the daemon's app-servers.

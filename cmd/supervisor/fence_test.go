@@ -227,3 +227,49 @@ func TestFenceKillsAStoppedDaemon(t *testing.T) {
 		t.Fatal("the fence did not exit at the end of its input")
 	}
 }
+
+// TestFenceInputPending: a renewal written to the helper's pipe and not
+// read yet is seen, so the helper does not fence on an older one.
+func TestFenceInputPending(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if inputPending(r) {
+		t.Fatal("an empty pipe has input pending")
+	}
+	if _, err := fmt.Fprintln(w, cluster.BootNow().UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	if !inputPending(r) {
+		t.Fatal("a written line is not pending")
+	}
+	if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if inputPending(r) {
+		t.Fatal("a read line is still pending")
+	}
+	pr, pw := io.Pipe()
+	defer pr.Close()
+	defer pw.Close()
+	if inputPending(pr) {
+		t.Fatal("an io.Pipe has input pending")
+	}
+	// Every complete line taken counts, the last one wins, a partial
+	// line waits for its end.
+	var in fenceInput
+	in.add([]byte("1000\n2000\n30"))
+	if got := in.latest(time.Time{}); !got.Equal(time.Unix(0, 2000)) {
+		t.Fatalf("latest = %v, want the second line's", got)
+	}
+	in.add([]byte("00\n"))
+	if got := in.latest(time.Unix(0, 2000)); !got.Equal(time.Unix(0, 3000)) {
+		t.Fatalf("latest = %v, want the completed third line's", got)
+	}
+	if got := in.latest(time.Unix(0, 3000)); !got.Equal(time.Unix(0, 3000)) {
+		t.Fatalf("latest with nothing new = %v", got)
+	}
+}

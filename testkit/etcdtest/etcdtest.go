@@ -261,6 +261,19 @@ func (m *Member) Restart() {
 	m.waitReady()
 }
 
+// Restart starts the killed members idx again on their data and waits
+// until each serves: started together, so members that together make a
+// quorum (after its loss) can elect a leader before any of them is ready.
+func (c *Cluster) Restart(idx ...int) {
+	c.t.Helper()
+	for _, i := range idx {
+		c.Members[i].start()
+	}
+	for _, i := range idx {
+		c.Members[i].waitReady()
+	}
+}
+
 func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
