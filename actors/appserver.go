@@ -412,7 +412,7 @@ func (a *appServerActor) command(m any) {
 	if c, ok := m.(appCall); ok && (c.setup || c.ifLive) {
 		// The login actor's own setup call: it runs on the live process,
 		// ahead of what waits for it, or not at all.
-		if a.phase.live() {
+		if a.phase.live() && !a.exitedUnreported() {
 			a.run(m)
 		} else if !c.ifLive {
 			a.refuse(m, errors.New("no codex app-server is running"))
@@ -451,6 +451,12 @@ func (a *appServerActor) command(m any) {
 
 // run carries out a command on the ready process.
 func (a *appServerActor) run(m any) {
+	if a.exitedUnreported() {
+		// It waits for the fresh process the exit report starts for what
+		// is queued (restartForQueue), rather than failing on this one.
+		a.queue = append(a.queue, m)
+		return
+	}
 	switch m := m.(type) {
 	case openThread:
 		a.open(m)
@@ -463,6 +469,26 @@ func (a *appServerActor) run(m any) {
 		})
 	case warmUp:
 		a.warm(m)
+	}
+}
+
+// exitedUnreported reports a process that has exited while its exit
+// report (codexExited) has not come yet: the watcher sends it once the
+// process's output is drained and its cgroup emptied, which takes a
+// moment after a kill (the cgroup is frozen, killed and removed). A call
+// sent to it meanwhile fails at once with its exit status: the next round
+// after an OOM kill failed with "codex app-server was killed by signal
+// SIGKILL while awaiting thread/start", naming the killed process's
+// death, not a kill of a new one.
+func (a *appServerActor) exitedUnreported() bool {
+	if a.proc == nil || !a.phase.live() {
+		return false
+	}
+	select {
+	case <-a.proc.Exited():
+		return true
+	default:
+		return false
 	}
 }
 

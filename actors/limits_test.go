@@ -18,7 +18,7 @@ import (
 // her memory limit (a fake that holds 512 MiB under a 256 MiB limit at her
 // turn/start) and the kernel kills it. Her round gets one verdict, failed,
 // with resource_limit naming memory, counted once; the restart policy
-// starts a fresh process for her next round. Bob, on the
+// starts a fresh process, and her next round completes on it. Bob, on the
 // same daemon and limits, is the bystander: his rounds before and after
 // complete.
 func TestAppServerKilledForMemory(t *testing.T) {
@@ -56,12 +56,13 @@ func TestAppServerKilledForMemory(t *testing.T) {
 	if got := testutil.ToFloat64(metrics.LimitHits.WithLabelValues("memory")); got != 1 {
 		t.Errorf("supervisor_user_limit_hits_total{resource=memory} = %v, want 1", got)
 	}
-	// Not asserted: alice's next round. It completed on a quiet machine
-	// and, under a full -race run beside other work, failed once with its
-	// restarted app-server SIGKILLed at thread/start, which the kernel did
-	// not log as an OOM kill; the cause is not pinned down yet (the
-	// containment issue's notes). The real CLI's next round after the
-	// memory attack is asserted in TestUserLimitsContainAHostileAgent.
+	// Her next round runs on a fresh process. It was sent, now and then,
+	// to the killed one while its exit report waited for its cgroup to be
+	// emptied, and failed with that process's SIGKILL (no second kill:
+	// scripts/sigtrace saw the OOM killer's one SIGKILL per run).
+	if r := h.round(c, messages.StartRound{User: "alice", Thread: "a", Text: "hi again"}); r.verdict.Status != messages.StatusCompleted {
+		t.Errorf("alice's round after her kill: %+v", r.verdict)
+	}
 	if r := h.round(c, messages.StartRound{User: "bob", Thread: "b", Text: "hi"}); r.verdict.Status != messages.StatusCompleted {
 		t.Errorf("bob's round after alice's kill: %+v", r.verdict)
 	}

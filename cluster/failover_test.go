@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/testkit/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // joinBeside joins member id to the cluster "t" of ec as a daemon beside
@@ -185,4 +188,72 @@ func TestSuspendedMemberFences(t *testing.T) {
 	if local, _, err := n.Owner("alice", 1); !local || err != nil {
 		t.Fatalf("claim after the rejoin: local=%v err=%v", local, err)
 	}
+}
+
+// TestLateRenewalFences: etcd answers a keepalive in time, but the member
+// learns of the answer only past its fence time (the machine was not
+// running it, as on a loaded host: the fake clock jumps there while the
+// answer is on its way). Its fence helper, which heard of no newer fence
+// time, kills the app-servers at that instant; the member fences too, and
+// says so, rather than renewing on as if nothing were killed.
+func TestLateRenewalFences(t *testing.T) {
+	te := startEtcd(t)
+	var (
+		skew  atomic.Int64 // how far the fake clock is ahead of the boot clock
+		armed atomic.Bool
+		node  atomic.Pointer[Node]
+	)
+	now := func() time.Time { return BootNow().Add(time.Duration(skew.Load())) }
+	// Past the fence time by 100ms once an armed keepalive's answer is in:
+	// the fence time the answer brings (its send time plus 2s) is still
+	// ahead, so only the lateness can fence.
+	late := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		s, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || method != "/etcdserverpb.Lease/LeaseKeepAlive" {
+			return s, err
+		}
+		return &lateStream{ClientStream: s, after: func() {
+			if n := node.Load(); n != nil && armed.CompareAndSwap(true, false) {
+				skew.Add(int64(n.FenceAt().Sub(now()) + 100*time.Millisecond))
+			}
+		}}, nil
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{te.url}, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(late)}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := Join(ctx, Config{Client: c, Cluster: "t", Member: "a", Addr: "addr-a",
+		TTL: 3 * time.Second, Margin: time.Second, Now: now, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	node.Store(n)
+	ev := n.Events()
+	if local, _, err := n.Owner("alice", 1); !local || err != nil {
+		t.Fatalf("claim: local=%v err=%v", local, err)
+	}
+	armed.Store(true)
+	waitEvent(t, ev, "fenced", "a", 10*time.Second)
+	if armed.Load() {
+		t.Fatal("fenced before the late answer")
+	}
+}
+
+// lateStream calls after once each message is received.
+type lateStream struct {
+	grpc.ClientStream
+	after func()
+}
+
+func (s *lateStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil {
+		s.after()
+	}
+	return err
 }

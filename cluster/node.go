@@ -102,7 +102,7 @@ type Node struct {
 
 // Event is a transition of the node, for tests and logs.
 type Event struct {
-	Kind   string // "joined", "fenced", "renewed", "member-up", "member-down", "lease-lost"
+	Kind   string // "joined", "fenced", "renewed", "renew-retried", "renewed-late", "member-up", "member-down", "lease-lost"
 	Member string
 	At     time.Time
 }
@@ -288,6 +288,19 @@ func (n *Node) renew(ctx context.Context) {
 		return sent, err
 	}, func(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) })
 	if ctx.Err() != nil {
+		return
+	}
+	if err == nil && !n.now().Before(fenceAt) {
+		// etcd answered in time, but this member learnt of it only past
+		// the fence time (its goroutine not run for a while, a loaded
+		// machine): the fence helper, which heard of no newer fence time,
+		// kills the app-servers at that instant. Fence here as well, so
+		// that the daemon does not go on serving (and restarting) what its
+		// helper kills, unlogged and uncounted.
+		n.log.Error("the etcd keepalive came back only after the fence time: stopping every app-server (the fence helper kills them at that time)",
+			"late", n.now().Sub(fenceAt).Round(time.Millisecond), "attempts", tries.Load())
+		n.emit("renewed-late", n.cfg.Member)
+		n.fence()
 		return
 	}
 	switch {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshweaver/supervisor/procs"
 	"go.uber.org/goleak"
 )
 
@@ -545,4 +546,83 @@ func TestV1CPUBurstKeepsASpinnerAtTheCap(t *testing.T) {
 		}
 	}
 	t.Logf("two spinners at a cap of %v cores: %v of CPU in %v", cap, used, elapsed)
+}
+
+// TestSweepLeavesOtherDaemonsAlone: two cluster members on one host (their
+// folders named for the same homes and their own member ids), both with a
+// cgroup for alice (who moved from one to the other) and the second with
+// one for a bystander. The first is killed and restarted: its start's
+// sweep empties what it left, alice's old app-server, and no process of
+// the live member, named by pid and start time; the bystander's next start
+// on the live member survives it too.
+func TestSweepLeavesOtherDaemonsAlone(t *testing.T) {
+	v1Root(t)
+	name := func(member string) string { return fmt.Sprintf("meshweaver-test-%d-sweep-%s", os.Getpid(), member) }
+	open := func(member string) *Node {
+		n, err := Open(Options{Version: 1, Name: name(member), Limits: Limits{Pids: 64}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := n.Close(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+		return n
+	}
+	// start runs an app-server stand-in in a cgroup of its own inside the
+	// user's, as the app-server actor does, and names its processes.
+	start := func(n *Node, userDir, leaf string) []procs.ID {
+		t.Helper()
+		g, err := n.Group(userDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := g.Child(leaf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		startIn(t, l, nil, "setsid sleep 300 & sleep 300")
+		var pids []int
+		waitFor(t, 10*time.Second, "three processes in "+l.Name(), func() bool { pids, _ = l.Procs(); return len(pids) == 3 })
+		var ids []procs.ID
+		for _, pid := range pids {
+			st, err := procs.StartTime(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, procs.ID{PID: pid, Start: st})
+		}
+		return ids
+	}
+	killed := open("m0")
+	left := start(killed, "/homes/alice", "p-1-1")
+	live := open("m1")
+	alice := start(live, "/homes/alice", "p-1-2")
+	bystander := start(live, "/homes/bystander", "p-1-3")
+
+	// m0 is SIGKILLed (its Node is dropped as it was) and starts again.
+	restarted := open("m0")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	found, err := restarted.Sweep(ctx)
+	if err != nil || found != 1 {
+		t.Errorf("the restarted member's Sweep = %d, %v; want alice's group it left", found, err)
+	}
+	for _, id := range left {
+		if procs.IsSame(id) {
+			t.Errorf("process %d the killed member left outlived its restart's sweep", id.PID)
+		}
+	}
+	next := start(live, "/homes/bystander", "p-2-4") // a start while m0 is up again
+	for who, ids := range map[string][]procs.ID{"alice's on m1": alice, "the bystander's on m1": bystander, "the bystander's next on m1": next} {
+		for _, id := range ids {
+			if !procs.IsSame(id) {
+				t.Errorf("%s process %d died when m0 restarted", who, id.PID)
+			}
+		}
+	}
+	_ = killed // its folder is the restarted one's: the restarted Node's Close removes it
 }
