@@ -314,7 +314,7 @@ func TestClusterMemberDialNeedsClusterGrant(t *testing.T) {
 
 	oc := opsNewCaller(t, h.addr, tlsConfig(t, aliceCert, aliceKey, ca.pem))
 	// round sends a round for user until the daemon knows its owner (it
-	// answers "leaving" until its member watch has seen the fake's key)
+	// answers unavailable until its member watch has seen the fake's key)
 	// and returns the verdict, or ok false when got received the round.
 	round := func(user string, got chan any) (messages.RoundFinished, bool) {
 		t.Helper()
@@ -334,8 +334,8 @@ func TestClusterMemberDialNeedsClusterGrant(t *testing.T) {
 					t.Fatalf("round for %s: no verdict within %v", user, opsRoundWait)
 				}
 				if v, done := verdictOf(oc.got, id); done {
-					if v.Status == messages.StatusRejected && v.Retryable {
-						break // not placed yet: again
+					if v.Status == messages.StatusUnavailable && v.Retryable {
+						break // not placed yet ("no member can serve this user now"): again
 					}
 					return v, true
 				}
