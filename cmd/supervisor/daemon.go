@@ -49,6 +49,9 @@ type edgeOptions struct {
 	// lets use only their own user's URLs (nil: no check; the guard's
 	// range).
 	userUIDs func(uint32) bool
+	// dialVerify verifies each TLS dial by the address dialled
+	// (remote.Config.WithDialVerify; nil: the TLS config's own check).
+	dialVerify func(addr string) func(tls.ConnectionState) error
 }
 
 // startDaemon listens on listen and spawns the actor tree, behind the edge
@@ -94,6 +97,9 @@ func startDaemonEdge(listen string, tlsConf *tls.Config, cfg actors.Config, deps
 		rc = rc.WithGate(gate.Remote()).WithOnRefuse(gate.OnRefuse).WithLimits(eo.limits)
 		if eo.listener != nil {
 			rc = rc.WithListener(eo.listener)
+		}
+		if eo.dialVerify != nil {
+			rc = rc.WithDialVerify(eo.dialVerify)
 		}
 		return rc
 	})

@@ -126,6 +126,13 @@ type tlsReloader struct {
 	// grant of the authorization file names: callers dialling in, and the
 	// callers' listeners the daemon dials back.
 	admit func(identity string) bool
+	// member, when set, says whether an identity holds the cluster grant:
+	// a peer dialled at a member's address must (verifyDialledTo).
+	member func(identity string) bool
+	// members, when set, lists the cluster's live members (id → remote
+	// address), read at each dial; cluster.Node.Members, safe from the
+	// writers' goroutines.
+	members func() map[string]string
 	// log, when set, receives the refused dials (sampled).
 	log     *slog.Logger
 	dialLog *edge.Sampler
@@ -202,15 +209,60 @@ func (r *tlsReloader) verifyPeer(cs tls.ConnectionState) error {
 
 // verifyDialled verifies a peer the daemon dialled: its chain against the
 // current bundle (with the intermediates it sent), as a TLS server, and
-// its identity as verifyPeer does.
+// its identity as verifyPeer does. It is the rule for an address that is
+// not a member's (verifyDialledTo).
 func (r *tlsReloader) verifyDialled(cs tls.ConnectionState) error {
+	return r.verifyDialledAt("", false, cs)
+}
+
+// verifyDialledTo is the remote's per-dial verification
+// (remote.Config.WithDialVerify): a peer dialled at the address of a live
+// cluster member, read from the member list at this dial, must hold the
+// cluster grant; any other address (a caller's listener) gets
+// verifyDialled's rule. Otherwise a caller's identity, listening at a
+// member's address (the member's host after it died, a spoofed route),
+// would receive the prompts forwarded to that member and the answers
+// meant for its relays.
+func (r *tlsReloader) verifyDialledTo(addr string) func(tls.ConnectionState) error {
+	member := r.isMember(addr)
+	return func(cs tls.ConnectionState) error { return r.verifyDialledAt(addr, member, cs) }
+}
+
+// dialVerify is verifyDialledTo for the remote's config; nil without TLS.
+func (r *tlsReloader) dialVerify() func(addr string) func(tls.ConnectionState) error {
+	if r == nil {
+		return nil
+	}
+	return r.verifyDialledTo
+}
+
+// isMember reports whether addr is a live member's remote address now.
+func (r *tlsReloader) isMember(addr string) bool {
+	if r.members == nil {
+		return false
+	}
+	for _, a := range r.members() {
+		if a == addr {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *tlsReloader) verifyDialledAt(addr string, member bool, cs tls.ConnectionState) error {
 	err := remote.VerifyChain(cs.PeerCertificates, r.cur.Load().pool, x509.ExtKeyUsageServerAuth)
-	if err == nil {
+	switch {
+	case err != nil:
+	case member && r.member != nil:
+		if id := remote.DefaultIdentify(&cs); !r.member(id) {
+			err = fmt.Errorf("%.100s is a cluster member's address, and no grant gives identity %.100q the cluster kind", addr, id)
+		}
+	default:
 		err = r.verifyPeer(cs)
 	}
 	if err != nil && r.log != nil {
 		if ok, skipped := r.dialLog.Take("dial", time.Now()); ok {
-			r.log.Warn("refused the certificate of a peer the daemon dialled", "peer", remote.DefaultIdentify(&cs), "err", err, "not_logged", skipped)
+			r.log.Warn("refused the certificate of a peer the daemon dialled", "peer", remote.DefaultIdentify(&cs), "addr", addr, "member", member, "err", err, "not_logged", skipped)
 		}
 	}
 	return err

@@ -265,6 +265,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if o.policy != nil {
 			certs.admit = o.policy.Names
+			certs.member = func(id string) bool { return o.policy.Allows(id, "*", edge.KindCluster) }
 		}
 		certs.log = log
 	}
@@ -305,6 +306,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer func() { rt.serving(nil, nil) }()
 		placement = rt.node
 		clusterServing = rt.serving
+		if certs != nil { // before the remote: its dials to members need the cluster grant
+			certs.members = rt.node.Members
+		}
 	}
 	d, gate, err := startDaemonEdge(o.listen, tlsConf, actors.Config{
 		Homes: o.homes, Workspace: o.workspace, CodexBin: bin,
@@ -320,9 +324,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Logger: log, Metrics: metrics, Placement: placement, Isolation: iso, Contain: cgroups, Disk: disk,
 	}, edgeOptions{
 		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
-		limits:   remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
-		listener: guard.wrap("remote"),
-		userUIDs: guard.userUIDs(),
+		limits:     remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
+		listener:   guard.wrap("remote"),
+		dialVerify: certs.dialVerify(),
+		userUIDs:   guard.userUIDs(),
 	})
 	if err != nil {
 		return err

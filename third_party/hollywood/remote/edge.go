@@ -154,6 +154,17 @@ func (c Config) WithListener(wrap func(net.Listener) net.Listener) Config {
 	return c
 }
 
+// WithDialVerify makes every TLS dial verify its peer by the address it
+// dials: each try clones TLSConfig with VerifyConnection set to
+// verify(addr), called at that try, so what it decides from (a member
+// list that changes) is read then. A nil result keeps TLSConfig's own
+// VerifyConnection. verify runs on the writer's goroutine, one per
+// address, concurrently for different addresses.
+func (c Config) WithDialVerify(verify func(addr string) func(tls.ConnectionState) error) Config {
+	c.dialVerify = verify
+	return c
+}
+
 // WithLimits sets the transport's limits; zero fields keep their defaults.
 func (c Config) WithLimits(l Limits) Config {
 	c.limits = l

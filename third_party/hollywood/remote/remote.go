@@ -32,6 +32,9 @@ type Config struct {
 	limits   Limits
 	wrap     func(net.Listener) net.Listener
 	answers  bool
+	// dialVerify, when set, gives each TLS dial its own VerifyConnection
+	// by the address dialled (WithDialVerify).
+	dialVerify func(addr string) func(tls.ConnectionState) error
 }
 
 // NewConfig returns a new default remote configuration.

@@ -373,7 +373,14 @@ func (w *streamWriter) dialOnce(ctx context.Context, timeout time.Duration) (net
 	if w.r.config.TLSConfig == nil {
 		return nd.DialContext(ctx, "tcp", w.addr)
 	}
-	td := &tls.Dialer{NetDialer: nd, Config: w.r.config.TLSConfig}
+	conf := w.r.config.TLSConfig
+	if pick := w.r.config.dialVerify; pick != nil { // meshweaver patch: WithDialVerify
+		if v := pick(w.addr); v != nil {
+			conf = conf.Clone()
+			conf.VerifyConnection = v
+		}
+	}
+	td := &tls.Dialer{NetDialer: nd, Config: conf}
 	return td.DialContext(ctx, "tcp", w.addr)
 }
 

@@ -4,8 +4,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"net"
 	"net/url"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -272,5 +275,58 @@ func TestRefusedSenderAnsweredOnItsConnection(t *testing.T) {
 	// Before the cleanup closes the connections under a Send.
 	if errs := <-replied; errs[0] != nil || errs[1] == nil {
 		t.Errorf("reply to the sender: %v; to another node: %v (want it refused)", errs[0], errs[1])
+	}
+}
+
+// TestDialVerifyPerAddress: WithDialVerify gives each dial the
+// verification it picks for the address dialled, at that dial: a refusal
+// ends the dial (RemoteUnreachableEvent with its error, nothing
+// delivered), and a nil pick keeps the config's own VerifyConnection.
+func TestDialVerifyPerAddress(t *testing.T) {
+	p := newPKI(t)
+	refused := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/caller")))
+	kept := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/member")))
+	conf := p.config(t, "spiffe://mesh/daemon")
+	var mu sync.Mutex
+	picked := map[string]int{}
+	own := 0
+	conf.VerifyConnection = func(tls.ConnectionState) error { mu.Lock(); own++; mu.Unlock(); return nil }
+	d := newNode(t, NewConfig().WithTLS(conf).WithDialVerify(func(addr string) func(tls.ConnectionState) error {
+		mu.Lock()
+		picked[addr]++
+		mu.Unlock()
+		if addr != refused.addr {
+			return nil
+		}
+		return func(cs tls.ConnectionState) error {
+			return fmt.Errorf("%s presents %s, not a member", addr, DefaultIdentify(&cs))
+		}
+	}))
+	events := subscribe(t, d.e)
+
+	d.e.Send(refused.sink, wrapperspb.String("for a member"))
+	ev := waitEvent(t, events, func(ev any) bool {
+		u, ok := ev.(actor.RemoteUnreachableEvent)
+		return ok && u.ListenAddr == refused.addr
+	}).(actor.RemoteUnreachableEvent)
+	if ev.Err == nil || !strings.Contains(ev.Err.Error(), "uri:spiffe://mesh/caller, not a member") {
+		t.Errorf("unreachable: %v, want the pick's refusal", ev.Err)
+	}
+	d.e.Send(kept.sink, wrapperspb.String("for a member"))
+	if got := kept.recv(t).msg.(*wrapperspb.StringValue).GetValue(); got != "for a member" {
+		t.Errorf("got %q", got)
+	}
+	select {
+	case m := <-refused.got:
+		t.Errorf("the refused peer received %v", m.msg)
+	default:
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if picked[refused.addr] != dialTries || picked[kept.addr] != 1 {
+		t.Errorf("picks %v, want %d for %s (one a try) and 1 for %s", picked, dialTries, refused.addr, kept.addr)
+	}
+	if own != 1 {
+		t.Errorf("the config's own VerifyConnection ran %d times, want once (the kept peer's dial)", own)
 	}
 }
