@@ -82,7 +82,9 @@ func TestBenchSmall(t *testing.T) {
 	if err := bench.LimitsMeasurable(); err == nil {
 		wantRows = append(wantRows,
 			"new user's first round, limits on: send → first text", "new user's first round, limits on: send → verdict",
-			"round after an idle eviction, limits on: send → first text", "round after an idle eviction, limits on: send → verdict")
+			"round after an idle eviction, limits on: send → first text", "round after an idle eviction, limits on: send → verdict",
+			"new user's first round, --user-cpu-max 1: send → first text", "new user's first round, --user-cpu-max 1: send → verdict",
+			"round after an idle eviction, --user-cpu-max 1: send → first text", "round after an idle eviction, --user-cpu-max 1: send → verdict")
 	} else {
 		t.Logf("no limits rows: %v", err)
 	}
