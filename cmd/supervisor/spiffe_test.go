@@ -417,7 +417,10 @@ func TestSPIFFERotationUnderRounds(t *testing.T) {
 		waitState(t, d.srv, states, "RELOADING=1")
 		waitState(t, d.srv, states, "READY=1")
 		reloads++
-		if n := d.srv.count(func(rec map[string]any) bool { return rec["msg"] == "reloaded" && rec["tls"] == "reloaded" }); n != reloads {
+		// The log line comes through a pipe, after or before READY=1.
+		tlsReloaded := func(rec map[string]any) bool { return rec["msg"] == "reloaded" && rec["tls"] == "reloaded" }
+		d.srv.waitCount("a reload of the TLS files", reloads, tlsReloaded)
+		if n := d.srv.count(tlsReloaded); n != reloads {
 			t.Fatalf("%d reloads of the TLS files logged, want %d", n, reloads)
 		}
 	}
