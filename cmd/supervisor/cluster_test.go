@@ -155,6 +155,10 @@ func (tc *testCluster) start(i int, initial, clients string) {
 	m := tc.members[i]
 	args := []string{"serve", "--listen", m.addr, "--homes", tc.homes, "--workspace", tc.workspace, "--codex", tc.bin,
 		"--log-format", "json", "--stop-timeout", "20s", "--metrics-listen", "127.0.0.1:0",
+		// The members share one host and their homes sit in the test's
+		// 0700 folder: no uid switching (bubblewrap still separates the
+		// users), so no run depends on which test holds the uid range.
+		"--uid-range", "off",
 		"--cluster", "c1", "--member", m.id,
 		"--lease-ttl", testLeaseTTL.String(), "--fence-margin", testFenceMargin.String()}
 	if tc.external != nil {
