@@ -44,38 +44,10 @@ func (ca *tlsCA) intermediate(t *testing.T, dir, file, name string) *tlsCA {
 
 func spiffeCA(t *testing.T, dir, file, name string, parent *tlsCA) *tlsCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
+	if parent == nil {
+		return tlsMakeCA(t, dir, file, name, nil, 1) // a root: an intermediate below it
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          tlsSerial(t),
-		Subject:               pkix.Name{CommonName: name, Organization: []string{"meshweaver test"}},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLen:            1,
-	}
-	signer, signKey := tmpl, key
-	if parent != nil {
-		tmpl.MaxPathLen, tmpl.MaxPathLenZero = 0, true
-		signer, signKey = parent.cert, parent.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, file+".pem")
-	tlsWritePEM(t, path, "CERTIFICATE", der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &tlsCA{cert: cert, key: key, pem: path, pool: pool}
+	return tlsMakeCA(t, dir, file, name, parent, 0)
 }
 
 // svid writes an X.509-SVID for id signed by the intermediate ca: ECDSA

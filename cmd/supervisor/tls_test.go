@@ -42,6 +42,14 @@ type tlsCA struct {
 // tlsNewCA makes a CA called name, its certificate in dir/<file>.pem.
 func tlsNewCA(t *testing.T, dir, file, name string) *tlsCA {
 	t.Helper()
+	return tlsMakeCA(t, dir, file, name, nil, 0)
+}
+
+// tlsMakeCA makes a CA called name, its certificate in dir/<file>.pem:
+// self-signed when parent is nil, else an intermediate parent signs;
+// pathLen is how many intermediates may stand below it.
+func tlsMakeCA(t *testing.T, dir, file, name string, parent *tlsCA, pathLen int) *tlsCA {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -54,9 +62,14 @@ func tlsNewCA(t *testing.T, dir, file, name string) *tlsCA {
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		MaxPathLenZero:        true,
+		MaxPathLen:            pathLen,
+		MaxPathLenZero:        pathLen == 0,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	signer, signKey := tmpl, key
+	if parent != nil {
+		signer, signKey = parent.cert, parent.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signKey)
 	if err != nil {
 		t.Fatal(err)
 	}
