@@ -65,8 +65,9 @@ type Config struct {
 	// lost) or has lapsed. It must not block long.
 	OnFence func()
 	// OnDeadline is called after every renewal with the new fence time, on
-	// the Now clock, for the out-of-process fence (nil: none).
-	OnDeadline func(fenceAt time.Time)
+	// the Now clock, and the lease it belongs to, for the out-of-process
+	// fence (nil: none).
+	OnDeadline func(fenceAt time.Time, lease clientv3.LeaseID)
 	// Logger receives the node's lines (slog.Default when nil).
 	Logger *slog.Logger
 }
@@ -237,7 +238,7 @@ func (n *Node) register(ctx context.Context) error {
 	n.mu.Unlock()
 	n.emit("joined", n.cfg.Member)
 	if n.cfg.OnDeadline != nil {
-		n.cfg.OnDeadline(n.deadline.FenceAt())
+		n.cfg.OnDeadline(n.deadline.FenceAt(), got.lease)
 	}
 	return nil
 }
@@ -322,7 +323,7 @@ func (n *Node) renew(ctx context.Context) {
 			n.mu.Unlock()
 		}
 		if n.cfg.OnDeadline != nil {
-			n.cfg.OnDeadline(at)
+			n.cfg.OnDeadline(at, lease)
 		}
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		n.log.Error("the member's etcd lease expired: stopping every app-server", "err", err)
@@ -776,6 +777,24 @@ func (n *Node) stop() {
 	n.mu.Unlock()
 	n.cancel()
 	n.wg.Wait()
+}
+
+// Revoke revokes a lease through clients (one per endpoint), trying them
+// in turn as the node's own calls do, each attempt bounded by attempt,
+// for at most within: the fence helper's leave on behalf of a daemon
+// that died. A lease etcd no longer has is not an error.
+func Revoke(ctx context.Context, clients []*clientv3.Client, lease clientv3.LeaseID, within, attempt time.Duration) error {
+	if len(clients) == 0 {
+		return errors.New("cluster: no etcd endpoint to revoke the lease through")
+	}
+	n := &Node{clients: clients, now: BootNow}
+	_, err := try(n, ctx, n.now().Add(within), attempt, attempt/4, func(ctx context.Context, c *clientv3.Client) (*clientv3.LeaseRevokeResponse, error) {
+		return c.Revoke(ctx, lease)
+	}, func(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) })
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("revoking lease %x: %w", int64(lease), err)
+	}
+	return nil
 }
 
 func (n *Node) revoke() {

@@ -190,7 +190,12 @@ func startCluster(ctx context.Context, o *clusterOptions, tlsFiles cluster.TLSFi
 		return nil, err
 	}
 	if o.fenceHelper {
-		if rt.fence, err = startFenceHelper(o.fenceHelperF, o.member, o.embedded(), stderr); err != nil {
+		if o.embedded() && endpoints == o.etcdClient {
+			// The helper's revocation for a dead daemon would go to the
+			// etcd member that died with it.
+			log.Warn("--etcd-endpoints names only this member's own etcd: when this daemon dies, its users wait for its lease to expire instead of moving at once; list every member's client URL", "etcd_client", o.etcdClient)
+		}
+		if rt.fence, err = startFenceHelper(o.fenceHelperF, fenceHelperArgs(o, endpoints, tlsFiles), stderr); err != nil {
 			return nil, err
 		}
 	}
@@ -206,9 +211,9 @@ func startCluster(ctx context.Context, o *clusterOptions, tlsFiles cluster.TLSFi
 				t.engine.Send(t.root, actors.Fence{})
 			}
 		},
-		OnDeadline: func(at time.Time) {
+		OnDeadline: func(at time.Time, lease clientv3.LeaseID) {
 			if rt.fence != nil {
-				rt.fence.deadline(at)
+				rt.fence.deadline(at, lease)
 			}
 		},
 	})
@@ -271,17 +276,28 @@ type fenceHelper struct {
 	done chan struct{}
 }
 
-func startFenceHelper(exe, member string, killStopped bool, stderr io.Writer) (*fenceHelper, error) {
+// fenceHelperArgs are the helper's flags for this member: with the etcd
+// endpoints and the node's certificate it leaves the cluster for a
+// daemon that died (fence.go).
+func fenceHelperArgs(o *clusterOptions, endpoints string, tlsFiles cluster.TLSFiles) []string {
+	args := []string{"--member", o.member, "--etcd-endpoints", endpoints, "--lease-ttl", o.leaseTTL.String()}
+	if tlsFiles.Enabled() {
+		args = append(args, "--tls-cert", tlsFiles.Cert, "--tls-key", tlsFiles.Key, "--tls-ca", tlsFiles.CA)
+	}
+	if o.embedded() {
+		args = append(args, "--kill-stopped-daemon")
+	}
+	return args
+}
+
+func startFenceHelper(exe string, args []string, stderr io.Writer) (*fenceHelper, error) {
 	if exe == "" {
 		var err error
 		if exe, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("finding this executable for the fence helper: %w", err)
 		}
 	}
-	cmd := exec.Command(exe, "fence", "--daemon-pid", fmt.Sprint(os.Getpid()), "--member", member)
-	if killStopped {
-		cmd.Args = append(cmd.Args, "--kill-stopped-daemon")
-	}
+	cmd := exec.Command(exe, append([]string{"fence", "--daemon-pid", fmt.Sprint(os.Getpid())}, args...)...)
 	// Its own group: a signal to the daemon's group (a terminal's ^Z,
 	// SIGSTOP to the group) does not pause the fence.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -299,17 +315,19 @@ func startFenceHelper(exe, member string, killStopped bool, stderr io.Writer) (*
 }
 
 // deadline tells the helper the new fence time, an instant on the boot
-// clock (the node's clock, cluster.BootNow).
-func (h *fenceHelper) deadline(at time.Time) {
+// clock (the node's clock, cluster.BootNow), and the lease it belongs to.
+func (h *fenceHelper) deadline(at time.Time, lease clientv3.LeaseID) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, _ = fmt.Fprintf(h.in, "%d\n", at.UnixNano())
+	_, _ = fmt.Fprintf(h.in, "%d %d\n", at.UnixNano(), int64(lease))
 }
 
-// stop closes the helper's input (it exits, killing nothing that is
+// stop tells the helper the daemon is stopping (it leaves the cluster by
+// itself), closes the helper's input (it exits, killing nothing that is
 // gone already) and waits for it.
 func (h *fenceHelper) stop() {
 	h.mu.Lock()
+	_, _ = io.WriteString(h.in, "stop\n")
 	_ = h.in.Close()
 	h.mu.Unlock()
 	select {

@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sys/unix"
 
 	"github.com/meshweaver/supervisor/cluster"
@@ -22,19 +24,22 @@ import (
 
 // fenceCmd is `supervisor fence`, the out-of-process fence of a cluster
 // member. serve starts it (in its own process group) and writes it, on
-// stdin, each new fence time: a lease renewal moves it on. The app-servers run in process groups of their own, so a
-// daemon that is paused (SIGSTOP) or hung does not pause them, and its
-// in-process fence cannot run; this one does: when the fence time passes
-// without a newer one, it SIGKILLs every app-server group the daemon
-// started, before the lease can expire and another member take the users
-// over. When its input ends (the daemon exited, however) it kills what is
-// left of them and exits.
+// stdin, each new fence time: a lease renewal moves it on. The
+// app-servers run in process groups of their own, so a daemon that is
+// paused (SIGSTOP) or hung does not pause them, and its in-process fence
+// cannot run; this one does: when the fence time passes without a newer
+// one, it SIGKILLs every app-server group the daemon started, before the
+// lease can expire and another member take the users over. When its
+// input ends it kills what is left of them and exits; if the daemon died
+// (it did not write "stop" first), the helper leaves the cluster for it
+// once nothing it ran is alive: it revokes the lease, and the others
+// take its users over at once instead of a TTL later (leave).
 //
 // Each line is the fence time itself, an instant on the boot clock
-// (cluster.BootNow, nanoseconds), not the time left: a line read late
-// (the helper descheduled) does not move the fence later, and a machine
-// suspended past the fence time wakes past it, where the monotonic
-// clock would have stood still.
+// (cluster.BootNow, nanoseconds), not the time left, and the lease's id:
+// a line read late (the helper descheduled) does not move the fence
+// later, and a machine suspended past the fence time wakes past it,
+// where the monotonic clock would have stood still.
 func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fence", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -42,23 +47,30 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 	member := fs.String("member", "", "the member `ID`, for the log lines")
 	poll := fs.Duration("poll", 50*time.Millisecond, "how often to look for the daemon's app-servers and at the fence time")
 	killStopped := fs.Bool("kill-stopped-daemon", false, "past the fence time, also SIGKILL the daemon itself when it is stopped (SIGSTOP, a tracer): its embedded etcd member must not resume as a stale leader")
+	var lv fenceLeave
+	fs.StringVar(&lv.endpoints, "etcd-endpoints", "", "etcd client `URLS` (comma-separated): when the daemon dies, the helper revokes its lease through them once its app-servers are dead, so the other members take its users over at once (empty: the lease expires)")
+	fs.StringVar(&lv.tls.Cert, "tls-cert", "", "the member's certificate `FILE` for etcd")
+	fs.StringVar(&lv.tls.Key, "tls-key", "", "its key `FILE`")
+	fs.StringVar(&lv.tls.CA, "tls-ca", "", "the CA bundle `FILE` etcd's certificates are checked against")
+	fs.DurationVar(&lv.ttl, "lease-ttl", 10*time.Second, "the lease's time to live: a revocation is not tried longer")
 	if _, err := parseArgs(fs, args, noArgs); err != nil {
 		return err
 	}
-	if *pid <= 1 || *poll <= 0 {
-		fmt.Fprintln(stderr, "supervisor fence: --daemon-pid (above 1) is required, --poll must be positive")
+	if *pid <= 1 || *poll <= 0 || lv.ttl <= 0 {
+		fmt.Fprintln(stderr, "supervisor fence: --daemon-pid (above 1) is required, --poll and --lease-ttl must be positive")
 		return errUsage
 	}
 	_ = ctx // a signal does not end the fence: only the end of its input does
 	f := &fence{daemon: *pid, member: *member, out: stderr, known: map[int]procs.ID{}, self: os.Getpid()}
+	// The daemon's identity now, so that a pid reused later is never
+	// signalled, nor taken for the daemon alive.
+	st, err := procs.Host().Stat(*pid)
+	if err != nil {
+		return fmt.Errorf("supervisor fence: the daemon %d: %w", *pid, err)
+	}
+	f.daemonSelf = procs.ID{PID: *pid, Start: st.Start}
 	if *killStopped {
-		// The daemon's identity now, so that a pid reused later is never
-		// signalled.
-		st, err := procs.Host().Stat(*pid)
-		if err != nil {
-			return fmt.Errorf("supervisor fence: the daemon %d: %w", *pid, err)
-		}
-		f.daemonID = &procs.ID{PID: *pid, Start: st.Start}
+		f.daemonID = &f.daemonSelf
 	}
 	in := &fenceInput{}
 	ended := make(chan struct{})
@@ -74,13 +86,19 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 		}
 	}()
 	var deadline time.Time // zero: no lease yet, nothing to fence
+	var lease clientv3.LeaseID
 	tick := time.NewTicker(*poll)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ended:
-			if n := f.kill(); n > 0 {
-				f.logf("the daemon ended and left %d app-server groups: killed", n)
+			killed := f.kill()
+			if len(killed) > 0 {
+				f.logf("the daemon ended and left %d app-server groups: killed", len(killed))
+			}
+			deadline, lease = in.latest(deadline, lease)
+			if lease != 0 && lv.endpoints != "" && !in.isStopping() {
+				f.leave(lv, lease, killed, *poll)
 			}
 			return nil
 		case <-tick.C:
@@ -92,10 +110,10 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 			// killed renewed daemons' app-servers (issue 22's chaos run:
 			// "fence time passed 259ms ago" 0.1 s after a renewal, and
 			// 609ms with four newer lines held in the reader's buffer).
-			deadline = in.latest(deadline)
+			deadline, lease = in.latest(deadline, lease)
 			if now := cluster.BootNow(); !deadline.IsZero() && !now.Before(deadline) && !inputPending(stdin) {
-				if n := f.kill(); n > 0 {
-					f.logf("the daemon did not renew its lease in time (fence time passed %v ago): killed %d app-server groups", now.Sub(deadline).Round(time.Millisecond), n)
+				if killed := f.kill(); len(killed) > 0 {
+					f.logf("the daemon did not renew its lease in time (fence time passed %v ago): killed %d app-server groups", now.Sub(deadline).Round(time.Millisecond), len(killed))
 				}
 				f.killStopped()
 			}
@@ -108,8 +126,9 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 // is never held back from the decision (a reader that handed lines over
 // one at a time held the rest in its buffer while the loop decided).
 type fenceInput struct {
-	mu  sync.Mutex
-	buf []byte
+	mu       sync.Mutex
+	buf      []byte
+	stopping bool // the daemon wrote "stop": it ends on purpose, and leaves by itself
 }
 
 func (in *fenceInput) add(b []byte) {
@@ -118,19 +137,34 @@ func (in *fenceInput) add(b []byte) {
 	in.mu.Unlock()
 }
 
+func (in *fenceInput) isStopping() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.stopping
+}
+
 // latest parses every complete line taken so far and returns the last
-// fence time among them, or deadline when there is none; a partial line
-// waits for its end.
-func (in *fenceInput) latest(deadline time.Time) time.Time {
+// fence time among them and its lease, or deadline and lease when there
+// is none; a partial line waits for its end. A line is the fence time
+// (boot clock nanoseconds) and, after a space, the lease's id.
+func (in *fenceInput) latest(deadline time.Time, lease clientv3.LeaseID) (time.Time, clientv3.LeaseID) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for {
 		i := bytes.IndexByte(in.buf, '\n')
 		if i < 0 {
-			return deadline
+			return deadline, lease
 		}
-		if ns, err := strconv.ParseInt(strings.TrimSpace(string(in.buf[:i])), 10, 64); err == nil {
+		line := strings.TrimSpace(string(in.buf[:i]))
+		if line == "stop" {
+			in.stopping = true
+		}
+		at, id, _ := strings.Cut(line, " ")
+		if ns, err := strconv.ParseInt(at, 10, 64); err == nil {
 			deadline = time.Unix(0, ns)
+			if l, err := strconv.ParseInt(id, 10, 64); err == nil {
+				lease = clientv3.LeaseID(l)
+			}
 		}
 		in.buf = in.buf[i+1:]
 	}
@@ -157,12 +191,13 @@ func inputPending(in io.Reader) bool {
 
 // fence is what the helper knows of the daemon's app-servers.
 type fence struct {
-	daemon   int
-	daemonID *procs.ID // set: kill the daemon itself when it is stopped past the fence time
-	self     int
-	member   string
-	out      io.Writer
-	known    map[int]procs.ID // app-server group leaders, by pid
+	daemon     int
+	daemonSelf procs.ID  // the daemon's pid and start time
+	daemonID   *procs.ID // set: kill the daemon itself when it is stopped past the fence time
+	self       int
+	member     string
+	out        io.Writer
+	known      map[int]procs.ID // app-server group leaders, by pid
 }
 
 // scan remembers the daemon's children that lead a process group of
@@ -190,22 +225,89 @@ func (f *fence) scan() {
 var fenceSaw func(pid int)
 
 // kill SIGKILLs every known app-server group still running and returns
-// how many it signalled.
-func (f *fence) kill() int {
+// the groups it signalled.
+func (f *fence) kill() []int {
 	f.scan()
 	host := procs.Host()
-	n := 0
+	var groups []int
 	for pid, id := range f.known {
 		if !host.IsSame(id) {
 			delete(f.known, pid)
 			continue
 		}
 		if err := syscall.Kill(-pid, syscall.SIGKILL); err == nil || !errors.Is(err, syscall.ESRCH) {
-			n++
+			groups = append(groups, pid)
 		}
 		delete(f.known, pid)
 	}
-	return n
+	return groups
+}
+
+// fenceLeave is how the helper reaches etcd to leave for a dead daemon.
+type fenceLeave struct {
+	endpoints string
+	tls       cluster.TLSFiles
+	ttl       time.Duration
+}
+
+// leaveWait bounds each wait of leave: for the daemon's exit to complete,
+// for the killed groups to die. Past it the helper does not revoke, and
+// the lease expires as it would have.
+const leaveWait = 2 * time.Second
+
+// leave revokes the lease of a daemon that died, once nothing it ran can
+// act as the owner of a user any more, so the other members take its
+// users over now rather than when the lease expires (a TTL after its
+// last renewal). Nothing can act when the daemon has exited (a zombie or
+// gone: its exit has sent each app-server its Pdeathsig, SIGKILL) and no
+// process of a group the helper killed is alive. A daemon that closed
+// the input and lives on is stopping: it leaves by itself (its own
+// revocation, or its lease's expiry), and the helper does nothing.
+func (f *fence) leave(lv fenceLeave, lease clientv3.LeaseID, killed []int, poll time.Duration) {
+	host := procs.Host()
+	if !waitFor(leaveWait, poll, func() bool { return !host.IsSame(f.daemonSelf) }) {
+		return // stopping on its own
+	}
+	if !waitFor(leaveWait, poll, func() bool { return liveInGroups(killed) == 0 }) {
+		f.logf("the daemon died and %d processes of its app-server groups outlived their SIGKILL for %v: its lease is left to expire", liveInGroups(killed), leaveWait)
+		return
+	}
+	clients, err := cluster.EndpointClients(lv.endpoints, "", lv.tls)
+	if err == nil {
+		defer func() {
+			for _, c := range clients {
+				c.Close()
+			}
+		}()
+		d := cluster.NewDeadline(lv.ttl, lv.ttl/2, time.Time{})
+		err = cluster.Revoke(context.Background(), clients, lease, lv.ttl, d.Attempt())
+	}
+	if err != nil {
+		f.logf("the daemon died; revoking its lease failed, so it expires instead: %v", err)
+		return
+	}
+	f.logf("the daemon died and its app-servers are dead: revoked its lease %x, so its users move at once", int64(lease))
+}
+
+// liveInGroups counts the live processes of the process groups groups.
+func liveInGroups(groups []int) int {
+	if len(groups) == 0 {
+		return 0
+	}
+	return len(procs.Host().Scan(func(p procs.Proc) bool { return p.Alive() && slices.Contains(groups, p.PGRP) }))
+}
+
+// waitFor checks cond every interval until it holds (true) or within has
+// passed (false).
+func waitFor(within, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
+	return true
 }
 
 // killStopped SIGKILLs the daemon when it is stopped (state T, or t

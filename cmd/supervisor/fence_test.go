@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/meshweaver/supervisor/cluster"
+	"github.com/meshweaver/supervisor/testkit/etcdtest"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 	"github.com/meshweaver/supervisor/testkit/syncbuf"
 )
@@ -259,17 +262,139 @@ func TestFenceInputPending(t *testing.T) {
 		t.Fatal("an io.Pipe has input pending")
 	}
 	// Every complete line taken counts, the last one wins, a partial
-	// line waits for its end.
+	// line waits for its end; a line's lease comes with its fence time.
 	var in fenceInput
-	in.add([]byte("1000\n2000\n30"))
-	if got := in.latest(time.Time{}); !got.Equal(time.Unix(0, 2000)) {
-		t.Fatalf("latest = %v, want the second line's", got)
+	in.add([]byte("1000 7\n2000 8\n30"))
+	if got, lease := in.latest(time.Time{}, 0); !got.Equal(time.Unix(0, 2000)) || lease != 8 {
+		t.Fatalf("latest = %v, lease %d; want the second line's", got, lease)
 	}
-	in.add([]byte("00\n"))
-	if got := in.latest(time.Unix(0, 2000)); !got.Equal(time.Unix(0, 3000)) {
-		t.Fatalf("latest = %v, want the completed third line's", got)
+	in.add([]byte("00 9\n"))
+	if got, lease := in.latest(time.Unix(0, 2000), 8); !got.Equal(time.Unix(0, 3000)) || lease != 9 {
+		t.Fatalf("latest = %v, lease %d; want the completed third line's", got, lease)
 	}
-	if got := in.latest(time.Unix(0, 3000)); !got.Equal(time.Unix(0, 3000)) {
-		t.Fatalf("latest with nothing new = %v", got)
+	if got, lease := in.latest(time.Unix(0, 3000), 9); !got.Equal(time.Unix(0, 3000)) || lease != 9 {
+		t.Fatalf("latest with nothing new = %v, lease %d", got, lease)
+	}
+	// A line without a lease (or a garbled one) keeps the lease known.
+	in.add([]byte("4000\n5000 x\n"))
+	if got, lease := in.latest(time.Unix(0, 3000), 9); !got.Equal(time.Unix(0, 5000)) || lease != 9 {
+		t.Fatalf("latest = %v, lease %d; want the last fence time and lease 9", got, lease)
+	}
+}
+
+// fenceOnEtcd starts the fence for a fake daemon (running script, see
+// fakeDaemonScript) whose lease (a minute
+// long, far from expiring while the test runs) holds one key on a real
+// etcd; it returns the daemon, its app-server's pid, the input, the
+// fence's log and result, and the key's watch.
+func fenceOnEtcd(t *testing.T, script string) (*exec.Cmd, int, io.WriteCloser, *syncbuf.Buffer, chan error, clientv3.WatchChan, *clientv3.Client) {
+	t.Helper()
+	ec := etcdtest.Start(t, 1)
+	c, err := cluster.NewClient(ec.Endpoints(), cluster.TLSFiles{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	g, err := c.Grant(t.Context(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(t.Context(), "owner", "m1", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	watch := c.Watch(wctx, "owner")
+	sh, app := fakeDaemonScript(t, script)
+	in, feed := io.Pipe()
+	log := &syncbuf.Buffer{}
+	saw := make(chan int, 8)
+	fenceSaw = func(pid int) { saw <- pid }
+	t.Cleanup(func() { fenceSaw = nil })
+	done := make(chan error, 1)
+	go func() {
+		done <- fenceCmd(context.Background(), []string{"--daemon-pid", strconv.Itoa(sh.Process.Pid), "--member", "m1", "--poll", "10ms",
+			"--etcd-endpoints", ec.Endpoints(), "--lease-ttl", "60s"}, in, log)
+	}()
+	if _, err := fmt.Fprintln(feed, cluster.BootNow().Add(time.Minute).UnixNano(), int64(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	for seen := false; !seen; {
+		select {
+		case pid := <-saw:
+			seen = pid == app
+		case <-deadline:
+			t.Fatal("the fence never saw the app-server")
+		}
+	}
+	return sh, app, feed, log, done, watch, c
+}
+
+// TestFenceLeavesForADeadDaemon: when the daemon dies, the helper kills
+// what it left and then revokes its lease, so the other members take its
+// users over at once, not a TTL (here a minute) later; the key goes only
+// after the app-server is dead.
+func TestFenceLeavesForADeadDaemon(t *testing.T) {
+	sh, app, feed, log, done, watch, _ := fenceOnEtcd(t, "setsid sleep 60 & echo $!; wait")
+	_ = sh.Process.Kill()
+	_ = sh.Wait()
+	feed.Close()
+	select {
+	case resp := <-watch:
+		if len(resp.Events) == 0 || resp.Events[0].Type != clientv3.EventTypeDelete {
+			t.Fatalf("the owner key's watch: %+v", resp)
+		}
+		if proctest.Alive(app) {
+			t.Fatal("the lease was revoked while the dead daemon's app-server was alive")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the dead daemon's lease was not revoked:\n%s", log.String())
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "revoked its lease") {
+		t.Errorf("the fence's log does not say it left:\n%s", log.String())
+	}
+}
+
+// TestFenceLeavesALiveDaemonsLeaseAlone: a daemon that closes the input
+// and lives on is stopping; it leaves by itself (or its lease expires):
+// the helper revokes nothing.
+func TestFenceLeavesALiveDaemonsLeaseAlone(t *testing.T) {
+	// This daemon outlives its app-server (the helper kills it when the
+	// input ends).
+	sh, _, feed, log, done, _, c := fenceOnEtcd(t, "setsid sleep 60 & echo $!; exec sleep 60")
+	feed.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !proctest.Alive(sh.Process.Pid) {
+		t.Fatal("the daemon died during the test")
+	}
+	get, err := c.Get(t.Context(), "owner")
+	if err != nil || len(get.Kvs) != 1 {
+		t.Fatalf("the live daemon's key: %v, %v; want it kept\n%s", get, err, log.String())
+	}
+}
+
+// TestFenceLeavesAStoppingDaemonsLeaseAlone: a daemon that wrote "stop"
+// (it revoked its lease itself, or means it to expire) and then exited
+// is not left for: the helper does not wait for it nor revoke.
+func TestFenceLeavesAStoppingDaemonsLeaseAlone(t *testing.T) {
+	sh, _, feed, log, done, _, c := fenceOnEtcd(t, "setsid sleep 60 & echo $!; wait")
+	if _, err := io.WriteString(feed, "stop\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = sh.Process.Kill()
+	_ = sh.Wait()
+	feed.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	get, err := c.Get(t.Context(), "owner")
+	if err != nil || len(get.Kvs) != 1 {
+		t.Fatalf("the stopping daemon's key: %v, %v; want it kept\n%s", get, err, log.String())
 	}
 }
