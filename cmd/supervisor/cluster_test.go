@@ -392,11 +392,26 @@ func TestClusterFailover(t *testing.T) {
 			break // the turn runs on the owner
 		}
 	}
+	gone := tc.keyGone(via, "/meshweaver/c1/owners/"+user)
 	killed := time.Now()
 	if err := tc.members[owner].srv.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	tc.members[owner].srv.wait(opsWait)
+	// The dead member's fence helper left the cluster for it: alice's key
+	// went before the lease could have expired (a TTL after the last
+	// renewal, which came at most a renewal period before the SIGKILL).
+	select {
+	case at := <-gone:
+		every := cluster.NewDeadline(testLeaseTTL, testFenceMargin, time.Time{}).RenewEvery()
+		if took := at.Sub(killed); took >= testLeaseTTL-every {
+			t.Errorf("alice's owner key went %v after the SIGKILL, as the lease expired: the fence helper did not revoke it", took)
+		} else {
+			t.Logf("alice's owner key went %v after the SIGKILL (the helper revoked the lease)", took.Round(time.Millisecond))
+		}
+	case <-time.After(2 * testLeaseTTL):
+		t.Fatal("alice's owner key outlived its lease")
+	}
 	v, err := r.Wait()
 	took := time.Since(killed)
 	if err != nil || v.Status != messages.StatusFailed || !v.Retryable {
@@ -444,6 +459,39 @@ func TestClusterFailover(t *testing.T) {
 	if _, v, _ := roundRetrying(t, clients[byOwner], messages.StartRound{User: by, Thread: "t1", Text: "still here"}, time.Minute); v.Status != messages.StatusCompleted || !v.Resumed {
 		t.Errorf("the bystander's round after the death: %+v", v)
 	}
+}
+
+// keyGone watches key through member i's etcd (the etcd cluster's
+// endpoints when external) and sends the time its deletion is seen.
+func (tc *testCluster) keyGone(i int, key string) <-chan time.Time {
+	tc.t.Helper()
+	ep := tc.members[i].client
+	if tc.external != nil {
+		ep = tc.external.Endpoints()
+	}
+	c, err := cluster.NewClient(ep, cluster.TLSFiles{})
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tc.t.Cleanup(func() { cancel(); c.Close() })
+	get, err := c.Get(ctx, key)
+	if err != nil || len(get.Kvs) == 0 {
+		tc.t.Fatalf("%s: %v, %v", key, get, err)
+	}
+	w := c.Watch(ctx, key, clientv3.WithRev(get.Header.Revision+1))
+	out := make(chan time.Time, 1)
+	go func() {
+		for resp := range w {
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					out <- time.Now()
+					return
+				}
+			}
+		}
+	}()
+	return out
 }
 
 // userOwnedBesides runs a first round for users until one lands on a
