@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -31,6 +32,7 @@ var (
 	flagChaosUsers   = flag.Int("cluster.chaos-users", 9, "users of the cluster chaos run, one caller each")
 	flagChaosSeed    = flag.Uint64("cluster.chaos-seed", 0, "seed of the cluster chaos run's choices (0: from the clock; logged)")
 	flagChaosPause   = flag.Duration("cluster.chaos-pause", 20*time.Second, "mean pause between two faults of the cluster chaos run")
+	flagChaosPace    = flag.Duration("cluster.chaos-pace", 250*time.Millisecond, "mean pause between two rounds of one caller of the cluster chaos run (the default keeps a 2-core machine at a load of 4 to 30)")
 )
 
 // A fault of the chaos run, on one target, from start to end (the SIGCONT,
@@ -117,7 +119,7 @@ func TestClusterChaos(t *testing.T) {
 				select {
 				case <-quit:
 					return
-				case <-time.After(time.Duration(r.IntN(500)) * time.Millisecond): // the caller's pace
+				case <-time.After(time.Duration(r.Int64N(2*int64(*flagChaosPace) + 1))): // the caller's pace
 				}
 				mu.Lock()
 				var up []int
@@ -319,6 +321,7 @@ type chaosFig struct {
 	survivorFences                   int
 	survivorWhy                      []string
 	failovers                        []time.Duration
+	failoversBy                      map[string][]time.Duration // by the fault's kind
 	failoverWhy                      []string
 	takeovers                        []time.Duration // the fault → the send of the round that then completed elsewhere
 	stayed                           int             // a victim's user served by the same member after it resumed
@@ -330,7 +333,7 @@ type chaosFig struct {
 
 // chaosFigures classifies the rounds and the members' fences.
 func chaosFigures(tc *testCluster, servs [][]*opsServe, faults []*chaosFault, rounds []*chaosRound) *chaosFig {
-	f := &chaosFig{faults: map[string]int{}, fences: map[string]int{}, byStatus: map[string]int{}}
+	f := &chaosFig{faults: map[string]int{}, fences: map[string]int{}, byStatus: map[string]int{}, failoversBy: map[string][]time.Duration{}}
 	for _, ft := range faults {
 		f.faults[ft.kind]++
 		if ft.kind == "quorum-loss" {
@@ -398,6 +401,7 @@ func chaosFigures(tc *testCluster, servs [][]*opsServe, faults []*chaosFault, ro
 				f.unserved++
 			case first.done.Before(ft.end) || (first.owner >= 0 && first.owner != ft.target):
 				f.failovers = append(f.failovers, first.done.Sub(ft.start))
+				f.failoversBy[ft.kind] = append(f.failoversBy[ft.kind], first.done.Sub(ft.start))
 				f.takeovers = append(f.takeovers, first.sent.Sub(ft.start))
 				var steps []string
 				for _, r := range rounds {
@@ -501,11 +505,17 @@ func (f *chaosFig) String() string {
 	row("fences by cause", fmt.Sprint(f.fences))
 	row("failovers measured (daemon fault → the user's round completes elsewhere)", len(f.failovers))
 	row("failover p50 / p99 / max", fmt.Sprintf("%v / %v / %v", f.p50.Round(time.Millisecond), f.p99.Round(time.Millisecond), f.maxFailover.Round(time.Millisecond)))
+	for _, kind := range slices.Sorted(maps.Keys(f.failoversBy)) {
+		d := slices.Sorted(slices.Values(f.failoversBy[kind]))
+		n := len(d)
+		row(fmt.Sprintf("failover after a %s: n / p50 / p99", kind), fmt.Sprintf("%d / %v / %v", n, d[n/2].Round(time.Millisecond), d[min(n-1, n*99/100)].Round(time.Millisecond)))
+	}
 	row("the fault → the send of that round (the retry that found the user free) p50 / p99", fmt.Sprintf("%v / %v", f.takeP50.Round(time.Millisecond), f.takeP99.Round(time.Millisecond)))
 	row("victims' users served again by the same member after a short SIGSTOP", f.stayed)
 	row("victims' users with no completed round before the next fault", f.unserved)
 	row("**completed rounds that did not resume the user's thread**", f.notResumed)
 	row("mean completed round", f.meanRound.Round(time.Millisecond))
+	row("callers / mean pause between a caller's rounds", fmt.Sprintf("%d / %v", *flagChaosUsers, *flagChaosPace))
 	row("load average (1 min) samples", f.load)
 	return b.String()
 }
