@@ -630,7 +630,7 @@ func TestClusterRejoinAndLeave(t *testing.T) {
 	start := time.Now()
 	tc.restart(2)
 	tc.members[2].srv.waitMsg("supervisor serving")
-	t.Logf("rejoined %v after the restart (the old lease had to expire)", time.Since(start).Round(time.Millisecond))
+	t.Logf("rejoined %v after the restart (the old life's helper revoked its lease; else it expires first)", time.Since(start).Round(time.Millisecond))
 	c2 := tc.dial(2)
 	if _, v, _ := roundRetrying(t, c2, messages.StartRound{User: "carol", Thread: "t1", Text: "via the rejoined member"}, time.Minute); v.Status != messages.StatusCompleted || !v.Resumed {
 		t.Fatalf("round via the rejoined member: %+v", v)
