@@ -54,6 +54,31 @@ func fakeDaemonScript(t *testing.T, script string) (*exec.Cmd, int) {
 	return sh, pid
 }
 
+// watchFenceSaw sends each app-server group the fence learns of, until
+// the test ends.
+func watchFenceSaw(t *testing.T) <-chan int {
+	saw := make(chan int, 8)
+	fenceSaw = func(pid int) { saw <- pid }
+	t.Cleanup(func() { fenceSaw = nil })
+	return saw
+}
+
+// waitSaw waits until the fence has learnt of the app-server app.
+func waitSaw(t *testing.T, saw <-chan int, app int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case pid := <-saw:
+			if pid == app {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the fence never saw the app-server")
+		}
+	}
+}
+
 // TestFenceKillsPastTheDeadline: the fence leaves the daemon's app-server
 // alone while each new fence time arrives before the last one passes,
 // kills its process group once one passes, and exits when its input ends.
@@ -110,9 +135,7 @@ func TestFenceKillsWhatADeadDaemonLeft(t *testing.T) {
 	sh, app := fakeDaemon(t)
 	in, feed := io.Pipe()
 	var log syncbuf.Buffer
-	saw := make(chan int, 8)
-	fenceSaw = func(pid int) { saw <- pid }
-	defer func() { fenceSaw = nil }()
+	saw := watchFenceSaw(t)
 	done := make(chan error, 1)
 	go func() {
 		done <- fenceCmd(context.Background(), []string{"--daemon-pid", strconv.Itoa(sh.Process.Pid), "--poll", "10ms"}, in, &log)
@@ -122,15 +145,7 @@ func TestFenceKillsWhatADeadDaemonLeft(t *testing.T) {
 	}
 	// Once the fence knows the app-server, the daemon dies; an unrenewed
 	// minute is far away, so only the end of the input can kill it.
-	deadline := time.After(10 * time.Second)
-	for seen := false; !seen; {
-		select {
-		case pid := <-saw:
-			seen = pid == app
-		case <-deadline:
-			t.Fatal("the fence never saw the app-server")
-		}
-	}
+	waitSaw(t, saw, app)
 	_ = sh.Process.Kill()
 	_ = sh.Wait()
 	feed.Close()
@@ -308,9 +323,7 @@ func fenceOnEtcd(t *testing.T, script string) (*exec.Cmd, int, io.WriteCloser, *
 	sh, app := fakeDaemonScript(t, script)
 	in, feed := io.Pipe()
 	log := &syncbuf.Buffer{}
-	saw := make(chan int, 8)
-	fenceSaw = func(pid int) { saw <- pid }
-	t.Cleanup(func() { fenceSaw = nil })
+	saw := watchFenceSaw(t)
 	done := make(chan error, 1)
 	go func() {
 		done <- fenceCmd(context.Background(), []string{"--daemon-pid", strconv.Itoa(sh.Process.Pid), "--member", "m1", "--poll", "10ms",
@@ -319,15 +332,7 @@ func fenceOnEtcd(t *testing.T, script string) (*exec.Cmd, int, io.WriteCloser, *
 	if _, err := fmt.Fprintln(feed, cluster.BootNow().Add(time.Minute).UnixNano(), int64(g.ID)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(10 * time.Second)
-	for seen := false; !seen; {
-		select {
-		case pid := <-saw:
-			seen = pid == app
-		case <-deadline:
-			t.Fatal("the fence never saw the app-server")
-		}
-	}
+	waitSaw(t, saw, app)
 	return sh, app, feed, log, done, watch, c
 }
 
@@ -396,5 +401,42 @@ func TestFenceLeavesAStoppingDaemonsLeaseAlone(t *testing.T) {
 	get, err := c.Get(t.Context(), "owner")
 	if err != nil || len(get.Kvs) != 1 {
 		t.Fatalf("the stopping daemon's key: %v, %v; want it kept\n%s", get, err, log.String())
+	}
+}
+
+// TestFenceLeaveWithoutEtcd: a dead daemon whose helper cannot reach etcd
+// (the network cut, quorum lost) is not waited on for ever: the helper
+// tries for at most the lease's TTL, says the lease expires instead, and
+// exits.
+func TestFenceLeaveWithoutEtcd(t *testing.T) {
+	sh, app := fakeDaemon(t)
+	in, feed := io.Pipe()
+	var log syncbuf.Buffer
+	saw := watchFenceSaw(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- fenceCmd(context.Background(), []string{"--daemon-pid", strconv.Itoa(sh.Process.Pid), "--poll", "10ms",
+			"--etcd-endpoints", "http://" + mustFreeAddr(t), "--lease-ttl", "2s"}, in, &log)
+	}()
+	if _, err := fmt.Fprintln(feed, cluster.BootNow().Add(time.Minute).UnixNano(), 42); err != nil {
+		t.Fatal(err)
+	}
+	waitSaw(t, saw, app)
+	_ = sh.Process.Kill()
+	_ = sh.Wait()
+	feed.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the fence did not give up on an unreachable etcd:\n%s", log.String())
+	}
+	if !strings.Contains(log.String(), "expires instead") {
+		t.Errorf("the fence's log does not say the lease expires instead:\n%s", log.String())
+	}
+	if !proctest.Poll(5*time.Second, 10*time.Millisecond, func() bool { return !proctest.Alive(app) }) {
+		t.Fatalf("the dead daemon's app-server was left running:\n%s", log.String())
 	}
 }
