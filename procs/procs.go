@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/prometheus/procfs"
 )
@@ -216,4 +217,18 @@ func procStat(p procfs.Proc) (s procfs.ProcStat, err error) {
 		}
 	}()
 	return p.Stat()
+}
+
+// Poll checks cond every interval until it holds or within has passed, and
+// reports whether it held. cond runs at least once, and once more after
+// the deadline, so a zero within checks it just once.
+func Poll(within, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
+	return true
 }

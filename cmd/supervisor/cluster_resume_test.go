@@ -1,7 +1,6 @@
 package main
 
 import (
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -79,14 +78,6 @@ func TestClusterPausedMemberResumes(t *testing.T) {
 	if v := tc.metric(owner, "supervisor_cluster_fences_total"); v < 1 {
 		t.Errorf("the resumed member counted %v fences, want its own", v)
 	}
-	for i, mm := range tc.members {
-		if i != owner {
-			if v := tc.metric(i, "supervisor_cluster_fences_total"); v != 0 {
-				t.Errorf("survivor %s fenced %v times", mm.id, v)
-			}
-		}
-	}
-	if now := tc.appServersOf(tc.home(by)); !slices.Equal(now, byApp) {
-		t.Errorf("the bystander %s (on %s) had app-servers %v, now %v", by, tc.members[byOwner].id, byApp, now)
-	}
+	tc.bystandersUntouched(owner, by, byApp)
+	t.Logf("the bystander %s is owned by %s", by, tc.members[byOwner].id)
 }

@@ -445,17 +445,7 @@ func TestClusterFailover(t *testing.T) {
 
 	// The survivors never fenced; the bystander's app-server is the one it
 	// had, and its next round runs on it.
-	for i, m := range tc.members {
-		if i == owner {
-			continue
-		}
-		if v := tc.metric(i, "supervisor_cluster_fences_total"); v != 0 {
-			t.Errorf("survivor %s fenced %v times after %s died", m.id, v, tc.members[owner].id)
-		}
-	}
-	if now := tc.appServersOf(tc.home(by)); !slices.Equal(now, byApp) {
-		t.Errorf("the bystander %s's app-servers went from %v to %v across %s's death", by, byApp, now, tc.members[owner].id)
-	}
+	tc.bystandersUntouched(owner, by, byApp)
 	if _, v, _ := roundRetrying(t, clients[byOwner], messages.StartRound{User: by, Thread: "t1", Text: "still here"}, time.Minute); v.Status != messages.StatusCompleted || !v.Resumed {
 		t.Errorf("the bystander's round after the death: %+v", v)
 	}
@@ -492,6 +482,23 @@ func (tc *testCluster) keyGone(i int, key string) <-chan time.Time {
 		}
 	}()
 	return out
+}
+
+// bystandersUntouched fails the test when a member other than victim
+// fenced, or the bystander user by lost the app-servers byApp it had.
+func (tc *testCluster) bystandersUntouched(victim int, by string, byApp []int) {
+	tc.t.Helper()
+	for i, m := range tc.members {
+		if i == victim {
+			continue
+		}
+		if v := tc.metric(i, "supervisor_cluster_fences_total"); v != 0 {
+			tc.t.Errorf("survivor %s fenced %v times after the fault on %s", m.id, v, tc.members[victim].id)
+		}
+	}
+	if now := tc.appServersOf(tc.home(by)); !slices.Equal(now, byApp) {
+		tc.t.Errorf("the bystander %s's app-servers went from %v to %v across the fault on %s", by, byApp, now, tc.members[victim].id)
+	}
 }
 
 // userOwnedBesides runs a first round for users until one lands on a
@@ -590,16 +597,8 @@ func TestClusterSIGSTOPFenced(t *testing.T) {
 	}
 	took := time.Since(stopped)
 	t.Logf("bob resumed on a survivor %v after the SIGSTOP", took.Round(time.Millisecond))
-	for i, mm := range tc.members {
-		if i != owner {
-			if v := tc.metric(i, "supervisor_cluster_fences_total"); v != 0 {
-				t.Errorf("survivor %s fenced %v times", mm.id, v)
-			}
-		}
-	}
-	if now := tc.appServersOf(tc.home(by)); !slices.Equal(now, byApp) {
-		t.Errorf("the bystander %s (on %s) had app-servers %v, now %v", by, tc.members[byOwner].id, byApp, now)
-	}
+	tc.bystandersUntouched(owner, by, byApp)
+	t.Logf("the bystander %s is owned by %s", by, tc.members[byOwner].id)
 	// Restarted on its etcd data, the member rejoins and serves rounds
 	// again (relaying bob's to the new owner).
 	restarted := time.Now()

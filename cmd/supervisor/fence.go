@@ -265,10 +265,10 @@ const leaveWait = 2 * time.Second
 // revocation, or its lease's expiry), and the helper does nothing.
 func (f *fence) leave(lv fenceLeave, lease clientv3.LeaseID, killed []int, poll time.Duration) {
 	host := procs.Host()
-	if !waitFor(leaveWait, poll, func() bool { return !host.IsSame(f.daemonSelf) }) {
+	if !procs.Poll(leaveWait, poll, func() bool { return !host.IsSame(f.daemonSelf) }) {
 		return // stopping on its own
 	}
-	if !waitFor(leaveWait, poll, func() bool { return liveInGroups(killed) == 0 }) {
+	if !procs.Poll(leaveWait, poll, func() bool { return liveInGroups(killed) == 0 }) {
 		f.logf("the daemon died and %d processes of its app-server groups outlived their SIGKILL for %v: its lease is left to expire", liveInGroups(killed), leaveWait)
 		return
 	}
@@ -295,19 +295,6 @@ func liveInGroups(groups []int) int {
 		return 0
 	}
 	return len(procs.Host().Scan(func(p procs.Proc) bool { return p.Alive() && slices.Contains(groups, p.PGRP) }))
-}
-
-// waitFor checks cond every interval until it holds (true) or within has
-// passed (false).
-func waitFor(within, interval time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if !time.Now().Before(deadline) {
-			return false
-		}
-		time.Sleep(interval)
-	}
-	return true
 }
 
 // killStopped SIGKILLs the daemon when it is stopped (state T, or t

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meshweaver/supervisor/procs"
 )
 
 // HomeVar is the environment variable that names a codex process's home.
@@ -240,14 +242,7 @@ func GroupGone(pgid int) bool {
 // reports whether it held. cond runs at least once, and once more after
 // the deadline, so a zero within checks it just once.
 func Poll(within, interval time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if !time.Now().Before(deadline) {
-			return false
-		}
-		time.Sleep(interval)
-	}
-	return true
+	return procs.Poll(within, interval, cond)
 }
 
 // WaitGone polls /proc every interval until no live process matches, for
