@@ -96,7 +96,7 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 			if len(killed) > 0 {
 				f.logf("the daemon ended and left %d app-server groups: killed", len(killed))
 			}
-			deadline, lease = in.latest(deadline, lease)
+			_, lease = in.latest(deadline, lease)
 			if lease != 0 && lv.endpoints != "" && !in.isStopping() {
 				f.leave(lv, lease, killed, *poll)
 			}
