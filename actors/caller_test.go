@@ -92,17 +92,10 @@ func TestCallerGoneInterruptsRound(t *testing.T) {
 		}
 		drem.Stop().Wait()
 	})
-	send := func(e *actor.Engine, from *actor.PID, m messages.StartRound) {
-		env, err := messages.Encode(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.SendWithSender(root, env, from)
-	}
 
 	c1, e1, rem1 := remoteCaller(t)
 	model.Enqueue(demomodel.Text("partial ").Hang())
-	send(e1, c1.pid, messages.StartRound{User: "alice", Thread: "mesh/gone", Text: "hang", RoundID: "g-1"})
+	sendEncoded(t, e1, root, c1.pid, messages.StartRound{User: "alice", Thread: "mesh/gone", Text: "hang", RoundID: "g-1"})
 	c1.waitFirstEvent(t, "g-1", 60*time.Second)
 	from := events.mark()
 	rem1.Stop().Wait()
@@ -121,7 +114,7 @@ func TestCallerGoneInterruptsRound(t *testing.T) {
 
 	c2, e2, _ := remoteCaller(t)
 	model.Enqueue(demomodel.Text("back"))
-	send(e2, c2.pid, messages.StartRound{User: "alice", Thread: "mesh/gone", Text: "again", RoundID: "g-2"})
+	sendEncoded(t, e2, root, c2.pid, messages.StartRound{User: "alice", Thread: "mesh/gone", Text: "again", RoundID: "g-2"})
 	r := c2.collect(t, "g-2", 60*time.Second)
 	mustStatus(t, r, messages.StatusCompleted)
 	if r.text() != "back" || !r.verdict.Resumed {

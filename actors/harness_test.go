@@ -105,6 +105,17 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // caller is a stand-in for a mesh actor: it collects what a round sends.
+// sendEncoded sends m from from to to on e, encoded as it crosses the
+// wire between members.
+func sendEncoded(t *testing.T, e *actor.Engine, to, from *actor.PID, m any) {
+	t.Helper()
+	env, err := messages.Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SendWithSender(to, env, from)
+}
+
 type caller struct {
 	pid *actor.PID
 	ch  chan any

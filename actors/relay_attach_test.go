@@ -20,23 +20,15 @@ func TestRelayedAttachAndInterrupt(t *testing.T) {
 	eb, rootb := member(t, fakeappserver.Config{ReplyText: "held", HoldTurns: true}, pb)
 	pa := &fakePlacement{owner: func(string, int) (bool, string, error) { return false, eb.Address(), nil }}
 	ea, roota := member(t, fakeappserver.Config{}, pa)
-	send := func(e *actor.Engine, to *actor.PID, c *caller, m any) {
-		t.Helper()
-		env, err := messages.Encode(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.SendWithSender(to, env, c.pid)
-	}
 
 	// The first caller runs the round on b directly.
 	c1, ce1, _ := remoteCaller(t)
-	send(ce1, actor.NewPID(eb.Address(), rootb.ID), c1, messages.StartRound{RoundID: "r4", User: "alice", Thread: "t1", Text: "hi"})
+	sendEncoded(t, ce1, actor.NewPID(eb.Address(), rootb.ID), c1.pid, messages.StartRound{RoundID: "r4", User: "alice", Thread: "t1", Text: "hi"})
 	first := c1.waitFirstEvent(t, "r4", 30*time.Second)
 
 	// The second caller, on a, attaches from the start.
 	c2, ce2, _ := remoteCaller(t)
-	send(ce2, actor.NewPID(ea.Address(), roota.ID), c2, messages.AttachRound{User: "alice", RoundID: "r4"})
+	sendEncoded(t, ce2, actor.NewPID(ea.Address(), roota.ID), c2.pid, messages.AttachRound{User: "alice", RoundID: "r4"})
 	ev := waitMsg[messages.RoundEvent](t, c2, 30*time.Second)
 	if ev.RoundID != "r4" || ev.Seq != 1 {
 		t.Fatalf("first event through a: %+v, want r4 seq 1", ev)
@@ -51,7 +43,7 @@ func TestRelayedAttachAndInterrupt(t *testing.T) {
 
 	// The interrupt also goes through a to b.
 	c3, ce3, _ := remoteCaller(t)
-	send(ce3, actor.NewPID(ea.Address(), roota.ID), c3, messages.InterruptRound{User: "alice", Thread: "t1", RoundID: "r4"})
+	sendEncoded(t, ce3, actor.NewPID(ea.Address(), roota.ID), c3.pid, messages.InterruptRound{User: "alice", Thread: "t1", RoundID: "r4"})
 	if rc := waitMsg[messages.RoundControlled](t, c3, 30*time.Second); !rc.OK {
 		t.Fatalf("interrupt through a: %+v", rc)
 	}
@@ -143,19 +135,11 @@ func relayedCallerLeaves(t *testing.T, local, verdict bool, fault func(relayFaul
 	events := tapEvents(t, eb)
 	pa := &fakePlacement{owner: func(string, int) (bool, string, error) { return false, eb.Address(), nil }}
 	ea, roota, rema := memberRemote(t, fakeappserver.Config{}, pa)
-	send := func(e *actor.Engine, to *actor.PID, c *caller, m any) {
-		t.Helper()
-		env, err := messages.Encode(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.SendWithSender(to, env, c.pid)
-	}
 	toA, toB := actor.NewPID(ea.Address(), roota.ID), actor.NewPID(eb.Address(), rootb.ID)
 
 	// The bystander runs on b, its caller attached there directly.
 	cb, ceb, _ := remoteCaller(t)
-	send(ceb, toB, cb, messages.StartRound{RoundID: "bob-1", User: "bob", Thread: "t1", Text: "hi"})
+	sendEncoded(t, ceb, toB, cb.pid, messages.StartRound{RoundID: "bob-1", User: "bob", Thread: "t1", Text: "hi"})
 	cb.waitFirstEvent(t, "bob-1", 30*time.Second)
 
 	// Alice's round through a; then the fault.
@@ -169,7 +153,7 @@ func relayedCallerLeaves(t *testing.T, local, verdict bool, fault func(relayFaul
 		c1, ce1, f.callerRem = remoteCaller(t)
 	}
 	f.caller = c1.pid
-	send(ce1, toA, c1, messages.StartRound{RoundID: "r7", User: "alice", Thread: "t1", Text: "hi"})
+	sendEncoded(t, ce1, toA, c1.pid, messages.StartRound{RoundID: "r7", User: "alice", Thread: "t1", Text: "hi"})
 	c1.waitFirstEvent(t, "r7", 30*time.Second)
 	mark := events.mark()
 	gone := time.Now() // before: the owner may hear of it before fault returns
@@ -188,7 +172,7 @@ func relayedCallerLeaves(t *testing.T, local, verdict bool, fault func(relayFaul
 	// Attached later (on b: a may be gone): the one verdict, interrupted
 	// for the grace.
 	c2, ce2, _ := remoteCaller(t)
-	send(ce2, toB, c2, messages.AttachRound{User: "alice", RoundID: "r7"})
+	sendEncoded(t, ce2, toB, c2.pid, messages.AttachRound{User: "alice", RoundID: "r7"})
 	v := waitMsg[messages.RoundFinished](t, c2, 30*time.Second)
 	if v.RoundID != "r7" || v.Status != messages.StatusInterrupted || !strings.Contains(v.Error, "caller grace") {
 		t.Fatalf("verdict %+v, want r7 interrupted naming the caller grace", v)
@@ -201,7 +185,7 @@ func relayedCallerLeaves(t *testing.T, local, verdict bool, fault func(relayFaul
 	if n := countEvents(events, 0, func(e CallerGone) bool { return e.RoundID == "bob-1" }); n != 0 {
 		t.Errorf("bob's round lost its caller %d times", n)
 	}
-	send(ceb, toB, cb, messages.InterruptRound{User: "bob", Thread: "t1", RoundID: "bob-1"})
+	sendEncoded(t, ceb, toB, cb.pid, messages.InterruptRound{User: "bob", Thread: "t1", RoundID: "bob-1"})
 	if v := waitMsg[messages.RoundFinished](t, cb, 30*time.Second); v.RoundID != "bob-1" || v.Status != messages.StatusInterrupted || strings.Contains(v.Error, "grace") {
 		t.Errorf("bob's verdict %+v, want interrupted by its own caller", v)
 	}
@@ -214,11 +198,7 @@ func TestDetachRoundIsNotPlaced(t *testing.T) {
 	ea, roota := member(t, fakeappserver.Config{}, pa)
 	c, ce, _ := remoteCaller(t)
 	for _, m := range []any{messages.DetachRound{User: "carol", RoundID: "r9"}, messages.DetachRound{User: "carol"}} {
-		env, err := messages.Encode(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ce.SendWithSender(actor.NewPID(ea.Address(), roota.ID), env, c.pid)
+		sendEncoded(t, ce, actor.NewPID(ea.Address(), roota.ID), c.pid, m)
 	}
 	// The second is invalid: its rejection comes after the first was handled.
 	if rj := waitMsg[messages.Rejected](t, c, 30*time.Second); !strings.Contains(rj.Reason, "round_id is empty") {

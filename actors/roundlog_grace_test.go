@@ -10,6 +10,29 @@ import (
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
+// spawnGraceLog starts, inside a synctest bubble, a round log for round
+// id of user u, thread t, whose caller is replyTo, under a stand-in user
+// actor that answers the log's dropQueued with the interrupted verdict, as
+// the user actor does, and passes each dropQueued and logFinished it gets
+// on parentGot.
+func spawnGraceLog(e *actor.Engine, cfg *tree, id string, replyTo *actor.PID) (parent, log *actor.PID, parentGot chan any) {
+	parentGot = make(chan any, 16)
+	parent = e.SpawnFunc(func(c *actor.Context) {
+		switch m := c.Message().(type) {
+		case actor.Started:
+			log = c.SpawnChild(newRoundLog(cfg, roundRequest{StartRound: messages.StartRound{User: "u", Thread: "t", RoundID: id},
+				replyTo: replyTo}, "r1", nil, nil), "log", spawnOpts("r1", cfg.Logger, nil)...)
+		case dropQueued:
+			parentGot <- m
+			e.Send(log, messages.RoundFinished{RoundID: m.roundID, Thread: m.thread, Status: messages.StatusInterrupted})
+		case logFinished:
+			parentGot <- m
+		}
+	}, "user")
+	synctest.Wait()
+	return parent, log, parentGot
+}
+
 // The caller grace, on a fake clock: a round log whose caller stopped
 // asks for nothing until CallerGrace has passed with nobody attached; an
 // attach within the grace cancels it; after the grace a round that never
@@ -24,26 +47,12 @@ func TestCallerGraceOnFakeClock(t *testing.T) {
 		const grace = 30 * time.Second
 		cfg := *mustTree(t, Config{Homes: t.TempDir(), Workspace: t.TempDir(), CallerGrace: grace}, Deps{})
 		cfg.rounds.enter()
-		parentGot := make(chan any, 16)
 		spawnCaller := func(name string) (*actor.PID, chan any) {
 			got := make(chan any, 64)
 			return e.SpawnFunc(func(c *actor.Context) { got <- c.Message() }, name), got
 		}
 		c1, _ := spawnCaller("c1")
-		var log *actor.PID
-		parent := e.SpawnFunc(func(c *actor.Context) {
-			switch m := c.Message().(type) {
-			case actor.Started:
-				log = c.SpawnChild(newRoundLog(&cfg, roundRequest{StartRound: messages.StartRound{User: "u", Thread: "t", RoundID: "g-1"},
-					replyTo: c1}, "r1", nil, nil), "log", spawnOpts("r1", cfg.Logger, nil)...)
-			case dropQueued:
-				parentGot <- m
-				e.Send(log, messages.RoundFinished{RoundID: m.roundID, Thread: m.thread, Status: messages.StatusInterrupted})
-			case logFinished:
-				parentGot <- m
-			}
-		}, "user")
-		synctest.Wait()
+		parent, log, parentGot := spawnGraceLog(e, &cfg, "g-1", c1)
 
 		// The caller goes; it comes back within the grace: nothing happens.
 		<-e.Poison(c1).Done()
@@ -104,25 +113,11 @@ func TestDetachRoundOnFakeClock(t *testing.T) {
 		const grace = 30 * time.Second
 		cfg := *mustTree(t, Config{Homes: t.TempDir(), Workspace: t.TempDir(), CallerGrace: grace}, Deps{})
 		cfg.rounds.enter()
-		parentGot := make(chan any, 16)
 		spawn := func(name string) *actor.PID {
 			return e.SpawnFunc(func(*actor.Context) {}, name)
 		}
 		relay, stranger := spawn("relay"), spawn("stranger")
-		var log *actor.PID
-		parent := e.SpawnFunc(func(c *actor.Context) {
-			switch m := c.Message().(type) {
-			case actor.Started:
-				log = c.SpawnChild(newRoundLog(&cfg, roundRequest{StartRound: messages.StartRound{User: "u", Thread: "t", RoundID: "d-1"},
-					replyTo: relay}, "r1", nil, nil), "log", spawnOpts("r1", cfg.Logger, nil)...)
-			case dropQueued:
-				parentGot <- m
-				e.Send(log, messages.RoundFinished{RoundID: m.roundID, Thread: m.thread, Status: messages.StatusInterrupted})
-			case logFinished:
-				parentGot <- m
-			}
-		}, "user")
-		synctest.Wait()
+		parent, log, parentGot := spawnGraceLog(e, &cfg, "d-1", relay)
 
 		// A stranger's detach, naming the round: nothing, ever.
 		e.SendWithSender(log, messages.DetachRound{User: "u", RoundID: "d-1"}, stranger)

@@ -180,6 +180,12 @@ func openV1Node(t *testing.T, l Limits) *Node {
 	if !n.Active() {
 		t.Fatalf("no v1 cgroups: %+v", n.Report())
 	}
+	closeAtEnd(t, n)
+	return n
+}
+
+// closeAtEnd closes n when the test ends, failing it if the close does.
+func closeAtEnd(t *testing.T, n *Node) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -187,7 +193,6 @@ func openV1Node(t *testing.T, l Limits) *Node {
 			t.Error(err)
 		}
 	})
-	return n
 }
 
 // startIn starts script under sh in g, as cred, and returns it started.
@@ -563,13 +568,7 @@ func TestSweepLeavesOtherDaemonsAlone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := n.Close(ctx); err != nil {
-				t.Error(err)
-			}
-		})
+		closeAtEnd(t, n)
 		return n
 	}
 	// start runs an app-server stand-in in a cgroup of its own inside the
