@@ -751,10 +751,7 @@ func (n *Node) Leave(ctx context.Context) error {
 	if fenced {
 		return nil
 	}
-	_, err := try(n, ctx, n.now().Add(n.cfg.CallTimeout), n.cfg.CallTimeout/2, 0, func(ctx context.Context, c *clientv3.Client) (*clientv3.LeaseRevokeResponse, error) {
-		return c.Revoke(ctx, lease)
-	}, func(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) })
-	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if err := n.revokeLease(ctx, lease, n.now().Add(n.cfg.CallTimeout), n.cfg.CallTimeout/2, 0); err != nil {
 		return fmt.Errorf("leaving the cluster: %w", err)
 	}
 	n.log.Info("left the cluster")
@@ -788,13 +785,22 @@ func Revoke(ctx context.Context, clients []*clientv3.Client, lease clientv3.Leas
 		return errors.New("cluster: no etcd endpoint to revoke the lease through")
 	}
 	n := &Node{clients: clients, now: BootNow}
-	_, err := try(n, ctx, n.now().Add(within), attempt, attempt/4, func(ctx context.Context, c *clientv3.Client) (*clientv3.LeaseRevokeResponse, error) {
-		return c.Revoke(ctx, lease)
-	}, func(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) })
-	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if err := n.revokeLease(ctx, lease, n.now().Add(within), attempt, attempt/4); err != nil {
 		return fmt.Errorf("revoking lease %x: %w", int64(lease), err)
 	}
 	return nil
+}
+
+// revokeLease revokes lease through the node's endpoints (try, with its
+// until, attempt and stagger); a lease etcd no longer has is not an error.
+func (n *Node) revokeLease(ctx context.Context, lease clientv3.LeaseID, until time.Time, attempt, stagger time.Duration) error {
+	_, err := try(n, ctx, until, attempt, stagger, func(ctx context.Context, c *clientv3.Client) (*clientv3.LeaseRevokeResponse, error) {
+		return c.Revoke(ctx, lease)
+	}, func(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) })
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil
+	}
+	return err
 }
 
 func (n *Node) revoke() {
