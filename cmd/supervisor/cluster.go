@@ -280,7 +280,7 @@ type fenceHelper struct {
 // endpoints and the node's certificate it leaves the cluster for a
 // daemon that died (fence.go).
 func fenceHelperArgs(o *clusterOptions, endpoints string, tlsFiles cluster.TLSFiles) []string {
-	args := []string{"--member", o.member, "--etcd-endpoints", endpoints, "--lease-ttl", o.leaseTTL.String()}
+	args := []string{"--member", o.member, "--etcd-endpoints", endpoints, "--lease-ttl", o.leaseTTL.String(), "--fence-margin", o.fenceMargin.String()}
 	if tlsFiles.Enabled() {
 		args = append(args, "--tls-cert", tlsFiles.Cert, "--tls-key", tlsFiles.Key, "--tls-ca", tlsFiles.CA)
 	}

@@ -53,11 +53,12 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 	fs.StringVar(&lv.tls.Key, "tls-key", "", "its key `FILE`")
 	fs.StringVar(&lv.tls.CA, "tls-ca", "", "the CA bundle `FILE` etcd's certificates are checked against")
 	fs.DurationVar(&lv.ttl, "lease-ttl", 10*time.Second, "the lease's time to live: a revocation is not tried longer")
+	fs.DurationVar(&lv.margin, "fence-margin", 4*time.Second, "the member's fence margin: with the TTL it bounds each revocation attempt, as it bounds the member's own etcd calls")
 	if _, err := parseArgs(fs, args, noArgs); err != nil {
 		return err
 	}
-	if *pid <= 1 || *poll <= 0 || lv.ttl <= 0 {
-		fmt.Fprintln(stderr, "supervisor fence: --daemon-pid (above 1) is required, --poll and --lease-ttl must be positive")
+	if *pid <= 1 || *poll <= 0 || lv.ttl <= 0 || lv.margin <= 0 || lv.margin >= lv.ttl {
+		fmt.Fprintln(stderr, "supervisor fence: --daemon-pid (above 1) is required, --poll, --lease-ttl and --fence-margin must be positive, the margin below the TTL")
 		return errUsage
 	}
 	_ = ctx // a signal does not end the fence: only the end of its input does
@@ -248,6 +249,7 @@ type fenceLeave struct {
 	endpoints string
 	tls       cluster.TLSFiles
 	ttl       time.Duration
+	margin    time.Duration
 }
 
 // leaveWait bounds each wait of leave: for the daemon's exit to complete,
@@ -279,7 +281,7 @@ func (f *fence) leave(lv fenceLeave, lease clientv3.LeaseID, killed []int, poll 
 				c.Close()
 			}
 		}()
-		d := cluster.NewDeadline(lv.ttl, lv.ttl/2, time.Time{})
+		d := cluster.NewDeadline(lv.ttl, lv.margin, time.Time{})
 		err = cluster.Revoke(context.Background(), clients, lease, lv.ttl, d.Attempt())
 	}
 	if err != nil {

@@ -141,7 +141,7 @@ func TestFenceKillsWhatADeadDaemonLeft(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- fenceCmd(context.Background(), []string{"--daemon-pid", strconv.Itoa(sh.Process.Pid), "--poll", "10ms",
-			"--etcd-endpoints", "http://" + mustFreeAddr(t), "--lease-ttl", "2s"}, in, &log)
+			"--etcd-endpoints", "http://" + mustFreeAddr(t), "--lease-ttl", "2s", "--fence-margin", "1s"}, in, &log)
 	}()
 	if _, err := fmt.Fprintln(feed, cluster.BootNow().Add(time.Minute).UnixNano(), 42); err != nil { // a lease renewed: far from the fence time
 		t.Fatal(err)
