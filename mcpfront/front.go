@@ -131,11 +131,7 @@ func New(opts Options) (*Front, error) {
 	}
 	if opts.PeerUID == nil {
 		opts.PeerUID = func(peer, local netip.AddrPort) (uint32, error) {
-			o, err := peeruid.Lookup(peer, local, 250*time.Millisecond)
-			if err == nil && !o.Live() {
-				err = errors.New("the peer's socket has no owner")
-			}
-			return o.UID, err
+			return peeruid.UID(peer, local, 250*time.Millisecond)
 		}
 	}
 	ln, err := net.Listen("tcp", opts.Listen)
@@ -169,12 +165,11 @@ func New(opts Options) (*Front, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			p, ok1 := c.RemoteAddr().(*net.TCPAddr)
-			l, ok2 := c.LocalAddr().(*net.TCPAddr)
-			if !ok1 || !ok2 {
+			peer, local, ok := peeruid.Addrs(c)
+			if !ok {
 				return ctx
 			}
-			return context.WithValue(ctx, connKey{}, &connPeer{peer: p.AddrPort(), local: l.AddrPort()})
+			return context.WithValue(ctx, connKey{}, &connPeer{peer: peer, local: local})
 		},
 		ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 	}
@@ -318,8 +313,7 @@ func (f *Front) allowed(req *http.Request, key Key) bool {
 		return false
 	}
 	cp.once.Do(func() {
-		cp.uid, cp.err = f.opts.PeerUID(netip.AddrPortFrom(cp.peer.Addr().Unmap(), cp.peer.Port()),
-			netip.AddrPortFrom(cp.local.Addr().Unmap(), cp.local.Port()))
+		cp.uid, cp.err = f.opts.PeerUID(cp.peer, cp.local)
 	})
 	if cp.err != nil {
 		return false

@@ -130,7 +130,7 @@ func (l *Listener) loop() {
 			}
 			continue
 		}
-		peer, local, ok := addrs(conn)
+		peer, local, ok := Addrs(conn)
 		if !ok || !l.c.Local(peer.Addr(), local.Addr()) {
 			l.deliver(conn) // not on this host: the listener's own authentication decides
 			continue
@@ -163,7 +163,7 @@ func (l *Listener) check(conn net.Conn, peer, local netip.AddrPort) {
 	case err != nil:
 		r.Reason, r.Err = ReasonUnknown, err
 	case !o.Live():
-		r.Reason, r.Err = ReasonUnknown, errOwnerless
+		r.Reason, r.Err = ReasonUnknown, ErrOwnerless
 	case l.c.Refuse != nil && l.c.Refuse(o.UID):
 		r.Reason, r.UID = ReasonUserUID, o.UID
 	default:
@@ -176,7 +176,20 @@ func (l *Listener) check(conn net.Conn, peer, local netip.AddrPort) {
 	}
 }
 
-var errOwnerless = errors.New("the peer's socket has no owner (closed, or not a connection)")
+// ErrOwnerless: the kernel knows the socket, but it is no owned, live
+// connection (Owner.Live).
+var ErrOwnerless = errors.New("the peer's socket has no owner (closed, or not a connection)")
+
+// UID is the uid owning the socket at peer connected to local, as the
+// kernel says within about timeout: Lookup, refusing an ownerless
+// socket.
+func UID(peer, local netip.AddrPort, timeout time.Duration) (uint32, error) {
+	o, err := Lookup(peer, local, timeout)
+	if err == nil && !o.Live() {
+		err = ErrOwnerless
+	}
+	return o.UID, err
+}
 
 func (l *Listener) deliver(conn net.Conn) {
 	select {
@@ -186,8 +199,9 @@ func (l *Listener) deliver(conn net.Conn) {
 	}
 }
 
-// addrs are a TCP connection's peer and local addresses, unmapped.
-func addrs(conn net.Conn) (peer, local netip.AddrPort, ok bool) {
+// Addrs are a TCP connection's peer and local addresses, unmapped (ok
+// false: not TCP).
+func Addrs(conn net.Conn) (peer, local netip.AddrPort, ok bool) {
 	p, ok1 := conn.RemoteAddr().(*net.TCPAddr)
 	q, ok2 := conn.LocalAddr().(*net.TCPAddr)
 	if !ok1 || !ok2 {

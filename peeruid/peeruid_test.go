@@ -298,7 +298,7 @@ func TestLookupOwnConnection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		peer, local, _ := addrs(s)
+		peer, local, _ := Addrs(s)
 		o, err := Lookup(peer, local, time.Second)
 		if err != nil || o.UID != uint32(os.Geteuid()) || !o.Live() {
 			t.Errorf("%s: %+v, %v; want uid %d, live", addr, o, err, os.Geteuid())
