@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -22,6 +23,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/cluster"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
@@ -42,6 +44,10 @@ type clusterOptions struct {
 	etcdElection time.Duration
 	fenceHelper  bool
 	fenceHelperF string // the fence helper's executable (tests; default: this one)
+	// etcdTLS is what etcd trusts and what the member shows it: a CA
+	// of the members' own keeps the callers' certificates, which the
+	// remote's CA signs, away from the ownership keys. Default: --tls-*.
+	etcdTLS tlsOptions
 }
 
 func (o *clusterOptions) register(fs *flag.FlagSet) {
@@ -56,6 +62,9 @@ func (o *clusterOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "etcd lease of the membership and of every user's ownership (whole seconds): a dead member's users move after about this long")
 	fs.DurationVar(&o.fenceMargin, "fence-margin", 4*time.Second, "stop every app-server this long before the lease could expire when it cannot be renewed")
 	fs.DurationVar(&o.etcdElection, "etcd-election-timeout", cluster.ElectionTimeout, "the election timeout of the external etcd at --etcd-endpoints (its --election-timeout), checked against --lease-ttl and --fence-margin; an embedded member uses etcd's default, 1s")
+	fs.StringVar(&o.etcdTLS.cert, "etcd-tls-cert", "", "PEM certificate `FILE` this member shows etcd (as its client, and as an embedded member's server and peer); default --tls-cert")
+	fs.StringVar(&o.etcdTLS.key, "etcd-tls-key", "", "PEM private key `FILE` of --etcd-tls-cert; default --tls-key")
+	fs.StringVar(&o.etcdTLS.ca, "etcd-tls-ca", "", "PEM `FILE` of the CA etcd trusts, on both ends: give the members a CA of their own, which signs no caller, so that no caller's certificate can write the keys saying which member owns a user; default --tls-ca")
 	fs.BoolVar(&o.fenceHelper, "fence-helper", true, "in a cluster, run the fence helper (supervisor fence) beside the daemon: it kills the member's app-servers if the daemon is paused or hung past --lease-ttl less --fence-margin")
 }
 
@@ -65,10 +74,10 @@ func (o *clusterOptions) embedded() bool { return o.etcdName != "" }
 
 var clusterID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
-func (o *clusterOptions) validate(tlsOn, allowPlaintext bool) error {
+func (o *clusterOptions) validate(node tlsOptions, allowPlaintext bool) error {
 	if !o.enabled() {
-		if o.member != "" || o.endpoints != "" || o.embedded() {
-			return errors.New("--member, --etcd-endpoints and --etcd-name need --cluster")
+		if o.member != "" || o.endpoints != "" || o.embedded() || o.etcdTLS.enabled() {
+			return errors.New("--member, --etcd-endpoints, --etcd-name and --etcd-tls-* need --cluster")
 		}
 		return nil
 	}
@@ -76,6 +85,14 @@ func (o *clusterOptions) validate(tlsOn, allowPlaintext bool) error {
 		o.member = o.etcdName
 	}
 	var errs []error
+	if o.etcdTLS.enabled() {
+		if o.etcdTLS.cert == "" || o.etcdTLS.key == "" || o.etcdTLS.ca == "" {
+			errs = append(errs, errors.New("etcd's mutual TLS needs all of --etcd-tls-cert, --etcd-tls-key and --etcd-tls-ca"))
+		} else if _, err := client.LoadTLSFiles(o.etcdTLS.cert, o.etcdTLS.key, o.etcdTLS.ca); err != nil {
+			errs = append(errs, fmt.Errorf("--etcd-tls-*: %w", err))
+		}
+	}
+	tlsOn := o.etcdFiles(node).Enabled()
 	if !clusterID.MatchString(o.name) {
 		errs = append(errs, fmt.Errorf("--cluster %q: letters, digits, '.', '_' and '-', at most 64", o.name))
 	}
@@ -95,7 +112,7 @@ func (o *clusterOptions) validate(tlsOn, allowPlaintext bool) error {
 			case err != nil || p.Host == "":
 				errs = append(errs, fmt.Errorf("etcd URL %q is not a URL", u))
 			case tlsOn && p.Scheme != "https":
-				errs = append(errs, fmt.Errorf("etcd URL %q: with --tls-cert etcd speaks mutual TLS, so https", u))
+				errs = append(errs, fmt.Errorf("etcd URL %q: with --tls-cert or --etcd-tls-cert etcd speaks mutual TLS, so https", u))
 			case !tlsOn && p.Scheme != "http":
 				errs = append(errs, fmt.Errorf("etcd URL %q: without TLS, http", u))
 			}
@@ -338,12 +355,36 @@ func (h *fenceHelper) stop() {
 	}
 }
 
-// clusterTLS is the node's mTLS files for etcd.
-func clusterTLS(t tlsOptions) cluster.TLSFiles {
+// etcdFiles are the mutual-TLS files of the member's etcd traffic:
+// --etcd-tls-* when set, else the node's own (--tls-*).
+func (o *clusterOptions) etcdFiles(node tlsOptions) cluster.TLSFiles {
+	t := node
+	if o.etcdTLS.enabled() {
+		t = o.etcdTLS
+	}
 	if !t.enabled() {
 		return cluster.TLSFiles{}
 	}
 	return cluster.TLSFiles{Cert: t.cert, Key: t.key, CA: t.ca}
+}
+
+// etcdTrustsCallers says, for the start log and serve --check, when etcd
+// trusts the CA that signs the callers' certificates (the remote's
+// --tls-ca): then every caller the CA signed can reach etcd's ports, and
+// whoever writes its keys moves users between members.
+func (o *clusterOptions) etcdTrustsCallers(node tlsOptions) string {
+	files := o.etcdFiles(node)
+	if !o.enabled() || !files.Enabled() || !node.enabled() {
+		return ""
+	}
+	if files.CA != node.ca {
+		own, err1 := os.ReadFile(files.CA)
+		callers, err2 := os.ReadFile(node.ca)
+		if err1 != nil || err2 != nil || !bytes.Equal(own, callers) {
+			return ""
+		}
+	}
+	return "etcd trusts the CA that signs the callers' certificates (--tls-ca): any caller's certificate can reach etcd and write the keys saying which member owns a user; give the members a CA of their own for etcd (--etcd-tls-cert, --etcd-tls-key, --etcd-tls-ca)"
 }
 
 // memberOf is the member id of a clustered daemon, "" otherwise.

@@ -150,7 +150,7 @@ func (o *serveOptions) reach(g *listenerGuard) (kept, open []string) {
 		open = append(open, fmt.Sprintf("a user's agent can reach these listeners without authentication: %s (%s); use mutual TLS (--tls-cert, --tls-key, --tls-ca) for the remote and the gateway, and keep the metrics listener off (--metrics-listen '') where users are not trusted",
 			names(plain), g.off))
 	}
-	if o.cluster.embedded() && !o.tls.enabled() {
+	if o.cluster.embedded() && !o.cluster.etcdFiles(o.tls).Enabled() {
 		// etcd opens its own sockets: the guard cannot wrap them.
 		open = append(open, fmt.Sprintf("plaintext embedded etcd (--allow-plaintext): its client (%s) and peer (%s) ports take connections from every local process, the users' agents included, and whoever writes its keys moves users between members; use mutual TLS (--tls-cert, --tls-key, --tls-ca)",
 			o.cluster.etcdClient, o.cluster.etcdPeer))

@@ -156,7 +156,7 @@ func (o *serveOptions) validate() error {
 	if err := o.limits.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := o.cluster.validate(o.tls.enabled(), o.allowPlaintext); err != nil {
+	if err := o.cluster.validate(o.tls, o.allowPlaintext); err != nil {
 		errs = append(errs, err)
 	}
 	switch {
@@ -217,6 +217,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "supervisor serve: %s\n", s)
 		}
 		for _, s := range open {
+			fmt.Fprintf(stdout, "supervisor serve: warning: %s\n", s)
+		}
+		if s := o.cluster.etcdTrustsCallers(o.tls); s != "" {
 			fmt.Fprintf(stdout, "supervisor serve: warning: %s\n", s)
 		}
 		fmt.Fprintln(stdout, "supervisor serve: the settings are valid")
@@ -297,7 +300,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	guard := newListenerGuard(iso.UIDs(), reg, log)
 	var placement actors.Placement
 	if o.cluster.enabled() { // Membership first: the root asks it about every user.
-		rt, err := startCluster(ctx, &o.cluster, clusterTLS(o.tls), o.listen, stderr, log)
+		rt, err := startCluster(ctx, &o.cluster, o.cluster.etcdFiles(o.tls), o.listen, stderr, log)
 		if err != nil {
 			return err
 		}
@@ -507,6 +510,9 @@ func (o *serveOptions) warnInsecure(log *slog.Logger, guard *listenerGuard) {
 		log.Warn("plaintext remote on a non-loopback address (--allow-plaintext): callers are unauthenticated and anyone who reaches the port may act for every user", "listen", o.listen)
 	case !o.tls.enabled():
 		log.Warn("plaintext remote on loopback: callers are unauthenticated; every local process may act for every user (development only)", "listen", o.listen)
+	}
+	if s := o.cluster.etcdTrustsCallers(o.tls); s != "" {
+		log.Warn(s)
 	}
 	if gw := o.callers.gatewayListen; gw != "" && !o.tls.enabled() {
 		if isLoopback(gw) {

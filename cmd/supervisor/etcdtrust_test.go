@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshweaver/supervisor/cluster"
+)
+
+// TestEtcdTrustsOnlyTheMembersCA: a member under mutual TLS whose etcd
+// trusts a CA of the members' own (--etcd-tls-*), not the callers' CA
+// that the remote trusts. Alice, a caller that CA signed, is served on
+// the remote; with the same certificate etcd's client and peer ports
+// refuse her at the handshake, so she can neither read nor write the
+// keys saying which member owns a user. The member's etcd certificate
+// reads and writes them, the fence helper is handed the etcd files (it
+// revokes through etcd for a dead daemon), and the start log has no
+// warning that etcd trusts the callers.
+func TestEtcdTrustsOnlyTheMembersCA(t *testing.T) {
+	dir := t.TempDir()
+	callers := tlsNewCA(t, dir, "ca", "meshweaver test CA")
+	members := tlsNewCA(t, dir, "etcd-ca", "meshweaver test etcd CA")
+	nodeCert, nodeKey := callers.issueURI(t, dir, "m0", "spiffe://mesh/supervisor-m0")
+	aliceCert, aliceKey := callers.issueURI(t, dir, "alice", "spiffe://mesh/alice-agent")
+	etcdCert, etcdKey := members.issue(t, dir, "m0-etcd")
+	authz := filepath.Join(dir, "authz.json")
+	if err := os.WriteFile(authz, []byte(memberDialPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	peer, client := mustFreeAddr(t), mustFreeAddr(t)
+	h := hostileStart(t, "--tls-cert", nodeCert, "--tls-key", nodeKey, "--tls-ca", callers.pem, "--authz", authz,
+		"--etcd-tls-cert", etcdCert, "--etcd-tls-key", etcdKey, "--etcd-tls-ca", members.pem,
+		"--cluster", "c1", "--member", "m0", "--etcd-name", "m0", "--etcd-dir", dir+"/etcd",
+		"--etcd-peer-listen", "https://"+peer, "--etcd-client-listen", "https://"+client,
+		"--etcd-initial-cluster", "m0=https://"+peer)
+	h.srv.waitMsg("supervisor serving")
+
+	// The remote still trusts the callers' CA.
+	oc := opsNewCaller(t, h.addr, tlsConfig(t, aliceCert, aliceKey, callers.pem))
+	probe(t, oc)
+
+	// get asks etcd's port for path with cert, trusting the members' CA
+	// for etcd's own certificate: alice is not refused for want of trust
+	// in the server, only for her own certificate.
+	get := func(port, path, cert, key string) (int, string, error) {
+		t.Helper()
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf := tlsConfig(t, etcdCert, etcdKey, members.pem)
+		conf.Certificates = []tls.Certificate{pair}
+		hc := &http.Client{Timeout: opsWait, Transport: &http.Transport{TLSClientConfig: conf}}
+		defer hc.CloseIdleConnections()
+		resp, err := hc.Get("https://" + port + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
+	}
+	for _, p := range []struct{ name, port, path string }{{"client", client, "/version"}, {"peer", peer, "/members"}} {
+		if code, body, err := get(p.port, p.path, aliceCert, aliceKey); err == nil {
+			t.Errorf("etcd's %s port answered alice's certificate: %d %.200s", p.name, code, body)
+		} else if !strings.Contains(err.Error(), "remote error: tls:") { // etcd's alert, not our own refusal of its certificate
+			t.Errorf("etcd's %s port with alice's certificate: %v, want etcd to refuse it", p.name, err)
+		} else {
+			t.Logf("etcd's %s port with alice's certificate: %v", p.name, err)
+		}
+		if code, body, err := get(p.port, p.path, etcdCert, etcdKey); err != nil || code != http.StatusOK {
+			t.Errorf("etcd's %s port with the member's certificate: %d %.200s %v", p.name, code, body, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opsWait)
+	defer cancel()
+	alice, err := cluster.NewClient("https://"+client, cluster.TLSFiles{Cert: aliceCert, Key: aliceKey, CA: members.pem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	short, stop := context.WithTimeout(ctx, 2*time.Second)
+	_, err = alice.Put(short, "/meshweaver/c1/owners/alice", "elsewhere")
+	stop()
+	if err == nil {
+		t.Error("alice's certificate wrote an owner key through the etcd client")
+	}
+	member, err := cluster.NewClient("https://"+client, cluster.TLSFiles{Cert: etcdCert, Key: etcdKey, CA: members.pem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Close()
+	if r, err := member.Get(ctx, "/meshweaver/c1/members/m0"); err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != h.addr {
+		t.Errorf("the member's own record, read with its etcd certificate: %v %v, want %s", r, err, h.addr)
+	}
+	if r, err := member.Get(ctx, "/meshweaver/c1/owners/alice"); err != nil || len(r.Kvs) != 0 {
+		t.Errorf("alice's owner key after her write: %v %v, want none", r, err)
+	}
+
+	if args := fenceHelperCmdline(t, h.srv.cmd.Process.Pid); !strings.Contains(args, "--tls-ca\x00"+members.pem+"\x00") ||
+		!strings.Contains(args, "--tls-cert\x00"+etcdCert+"\x00") {
+		t.Errorf("the fence helper's command line %q: want the etcd files", strings.ReplaceAll(args, "\x00", " "))
+	}
+	if _, ok := h.srv.find(func(rec map[string]any) bool {
+		return strings.HasPrefix(rec["msg"].(string), "etcd trusts the CA that signs the callers")
+	}); ok {
+		t.Error("the start log warns that etcd trusts the callers' CA, which it does not")
+	}
+	h.alive()
+}
+
+// fenceHelperCmdline is the NUL-separated command line of the fence
+// helper the daemon with pid runs.
+func fenceHelperCmdline(t *testing.T, pid int) string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(b, []byte("\x00fence\x00--daemon-pid\x00"+strconv.Itoa(pid)+"\x00")) {
+			return string(b)
+		}
+	}
+	t.Fatalf("no fence helper for daemon %d", pid)
+	return ""
+}
+
+// TestEtcdTrustsCallersWarning: the start warning (serve --check prints
+// it too) when etcd trusts the CA that signs the callers: no --etcd-tls-* in a
+// TLS cluster, or an etcd CA with the same certificates under another
+// name; none for a CA of the members' own or outside a cluster.
+func TestEtcdTrustsCallersWarning(t *testing.T) {
+	dir := t.TempDir()
+	callers := tlsNewCA(t, dir, "ca", "meshweaver test CA")
+	members := tlsNewCA(t, dir, "etcd-ca", "meshweaver test etcd CA")
+	cert, key := callers.issue(t, dir, "node")
+	etcdCert, etcdKey := members.issue(t, dir, "node-etcd")
+	copied := filepath.Join(dir, "copy-of-ca.pem")
+	b, err := os.ReadFile(callers.pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(copied, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	node := tlsOptions{cert: cert, key: key, ca: callers.pem}
+	for _, tc := range []struct {
+		name    string
+		cluster string
+		node    tlsOptions
+		etcd    tlsOptions
+		warn    bool
+	}{
+		{"one CA for both", "c1", node, tlsOptions{}, true},
+		{"the callers' CA copied", "c1", node, tlsOptions{cert: etcdCert, key: etcdKey, ca: copied}, true},
+		{"a CA of the members' own", "c1", node, tlsOptions{cert: etcdCert, key: etcdKey, ca: members.pem}, false},
+		{"no cluster", "", node, tlsOptions{}, false},
+		{"plaintext", "c1", tlsOptions{}, tlsOptions{}, false},
+	} {
+		o := clusterOptions{name: tc.cluster, etcdTLS: tc.etcd}
+		if got := o.etcdTrustsCallers(tc.node); (got != "") != tc.warn {
+			t.Errorf("%s: warning %q, want one: %v", tc.name, got, tc.warn)
+		}
+	}
+	o := clusterOptions{name: "c1"}
+	if w := o.etcdTrustsCallers(node); !strings.Contains(w, "--etcd-tls-ca") {
+		t.Errorf("the warning %q does not name the flag that mends it", w)
+	}
+}
+
+// TestEtcdTLSSettings: --etcd-tls-* come whole or not at all, only in a
+// cluster, and name files that load; given, they are what etcd gets
+// (the embedded member's URLs are https with them, even without --tls-*).
+func TestEtcdTLSSettings(t *testing.T) {
+	dir := t.TempDir()
+	members := tlsNewCA(t, dir, "etcd-ca", "meshweaver test etcd CA")
+	etcdCert, etcdKey := members.issue(t, dir, "node-etcd")
+	noEnv := func(string) (string, bool) { return "", false }
+	base := []string{"--homes", dir, "--workspace", dir, "--codex", opsCodexBin(t)}
+	embedded := []string{"--cluster", "prod", "--etcd-name", "n1", "--etcd-dir", dir + "/etcd", "--etcd-peer-listen", "https://127.0.0.1:2380",
+		"--etcd-client-listen", "https://127.0.0.1:2379", "--etcd-initial-cluster", "n1=https://127.0.0.1:2380"}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--etcd-tls-ca", members.pem}, []string{"need --cluster"}},
+		{append([]string{"--etcd-tls-ca", members.pem}, embedded...), []string{"all of --etcd-tls-cert, --etcd-tls-key and --etcd-tls-ca"}},
+		{append([]string{"--etcd-tls-cert", etcdCert, "--etcd-tls-key", etcdKey, "--etcd-tls-ca", dir + "/missing.pem"}, embedded...), []string{"--etcd-tls-*", "missing.pem"}},
+	} {
+		var stderr bytes.Buffer
+		if _, err := loadServeOptions(append(append([]string{}, base...), tc.args...), noEnv, &stderr); err == nil {
+			t.Errorf("%q: accepted", tc.args)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr.String(), w) {
+				t.Errorf("%q: stderr lacks %q:\n%s", tc.args, w, stderr.String())
+			}
+		}
+	}
+	o, err := loadServeOptions(append(append([]string{}, base...), append([]string{"--etcd-tls-cert", etcdCert, "--etcd-tls-key", etcdKey, "--etcd-tls-ca", members.pem, "--allow-plaintext"}, embedded...)...), noEnv, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("an embedded member with etcd's own TLS files: %v", err)
+	}
+	if got, want := o.cluster.etcdFiles(o.tls), (cluster.TLSFiles{Cert: etcdCert, Key: etcdKey, CA: members.pem}); got != want {
+		t.Errorf("etcd's files: %+v, want %+v", got, want)
+	}
+}
