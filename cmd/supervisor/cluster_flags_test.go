@@ -65,15 +65,22 @@ func TestClusterSettings(t *testing.T) {
 		{[]string{"--cluster", "prod", "--member", "n1", "--etcd-endpoints", "http://x:2379", "--lease-ttl", "5s", "--fence-margin", "2s", "--etcd-election-timeout", "2s"},
 			[]string{"fence window", "2 × 2s"}},
 	} {
-		var stderr bytes.Buffer
-		if _, err := loadServeOptions(append(append([]string{}, base...), tc.args...), noEnv, &stderr); err == nil {
-			t.Errorf("%q: accepted", tc.args)
-			continue
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(stderr.String(), w) {
-				t.Errorf("%q: stderr lacks %q:\n%s", tc.args, w, stderr.String())
-			}
+		settingsRefused(t, append(append([]string{}, base...), tc.args...), tc.want)
+	}
+}
+
+// settingsRefused checks that serve's settings args are refused, and
+// that what it prints names each of want.
+func settingsRefused(t *testing.T, args, want []string) {
+	t.Helper()
+	var stderr bytes.Buffer
+	if _, err := loadServeOptions(args, func(string) (string, bool) { return "", false }, &stderr); err == nil {
+		t.Errorf("%q: accepted", args)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("%q: stderr lacks %q:\n%s", args, w, stderr.String())
 		}
 	}
 }

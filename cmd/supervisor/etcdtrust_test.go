@@ -204,16 +204,7 @@ func TestEtcdTLSSettings(t *testing.T) {
 		{append([]string{"--etcd-tls-ca", members.pem}, embedded...), []string{"all of --etcd-tls-cert, --etcd-tls-key and --etcd-tls-ca"}},
 		{append([]string{"--etcd-tls-cert", etcdCert, "--etcd-tls-key", etcdKey, "--etcd-tls-ca", dir + "/missing.pem"}, embedded...), []string{"--etcd-tls-*", "missing.pem"}},
 	} {
-		var stderr bytes.Buffer
-		if _, err := loadServeOptions(append(append([]string{}, base...), tc.args...), noEnv, &stderr); err == nil {
-			t.Errorf("%q: accepted", tc.args)
-			continue
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(stderr.String(), w) {
-				t.Errorf("%q: stderr lacks %q:\n%s", tc.args, w, stderr.String())
-			}
-		}
+		settingsRefused(t, append(append([]string{}, base...), tc.args...), tc.want)
 	}
 	o, err := loadServeOptions(append(append([]string{}, base...), append([]string{"--etcd-tls-cert", etcdCert, "--etcd-tls-key", etcdKey, "--etcd-tls-ca", members.pem, "--allow-plaintext"}, embedded...)...), noEnv, &bytes.Buffer{})
 	if err != nil {
