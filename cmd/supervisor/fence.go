@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -73,84 +72,116 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 	if *killStopped {
 		f.daemonID = &f.daemonSelf
 	}
-	in := &fenceInput{}
-	ended := make(chan struct{})
-	go func() { // ends with the input: the daemon holds the only writer
-		defer close(ended)
-		buf := make([]byte, 4096)
-		for {
-			n, err := stdin.Read(buf)
-			in.add(buf[:n])
-			if err != nil {
-				return
-			}
-		}
-	}()
+	pipe, err := readEnd(stdin)
+	if err != nil {
+		return fmt.Errorf("supervisor fence: %w", err)
+	}
+	defer unix.Close(pipe)
+	// One goroutine reads the pipe and decides: every byte read is parsed
+	// before a decision, and bytes written but not read yet hold it back
+	// (inputPending). A reader of its own, handing what it read to the
+	// deciding loop, left a moment between its read and its hand-over in
+	// which a renewal was in neither place (issue 22's chaos run: a helper
+	// descheduled on a loaded machine killed renewed daemons' app-servers,
+	// "fence time passed 259ms ago" 0.1 s after a renewal, and 609ms with
+	// four newer lines held by its reader). It waits in poll(2), not in a
+	// read with a deadline: a read whose deadline passed before it began
+	// (a slow scan, a descheduled helper) returns without reading, so a
+	// loaded helper could miss the end of its input for good.
+	var in fenceInput
 	var deadline time.Time // zero: no lease yet, nothing to fence
 	var lease clientv3.LeaseID
-	tick := time.NewTicker(*poll)
-	defer tick.Stop()
+	buf := make([]byte, 4096)
+	next := time.Now().Add(*poll)
 	for {
-		select {
-		case <-ended:
-			killed := f.kill()
-			if len(killed) > 0 {
-				f.logf("the daemon ended and left %d app-server groups: killed", len(killed))
-			}
-			_, lease = in.latest(deadline, lease)
-			if lease != 0 && lv.endpoints != "" && !in.isStopping() {
-				f.leave(lv, lease, killed, *poll)
-			}
-			return nil
-		case <-tick.C:
-			f.scan()
-			// Renewals written before now count: every line the reader
-			// took from the pipe, and (below) any still in it. A helper
-			// descheduled on a loaded machine wakes with its tick and
-			// fresh lines ready; deciding on the last line it had handled
-			// killed renewed daemons' app-servers (issue 22's chaos run:
-			// "fence time passed 259ms ago" 0.1 s after a renewal, and
-			// 609ms with four newer lines held in the reader's buffer).
-			deadline, lease = in.latest(deadline, lease)
-			if now := cluster.BootNow(); !deadline.IsZero() && !now.Before(deadline) && !inputPending(stdin) {
-				if killed := f.kill(); len(killed) > 0 {
-					f.logf("the daemon did not renew its lease in time (fence time passed %v ago): killed %d app-server groups", now.Sub(deadline).Round(time.Millisecond), len(killed))
+		wait := max(time.Until(next), 0)
+		fds := []unix.PollFd{{Fd: int32(pipe), Events: unix.POLLIN}}
+		ready, err := unix.Poll(fds, int((wait+time.Millisecond-1)/time.Millisecond))
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("supervisor fence: waiting for the daemon's pipe: %w", err)
+		}
+		if ready > 0 && fds[0].Revents != 0 {
+			// Readable (or its writer gone): this read does not block.
+			n, err := unix.Read(pipe, buf)
+			switch {
+			case n > 0:
+				in.add(buf[:n])
+			case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN):
+			default: // the input ended: the daemon holds the only writer
+				killed := f.kill()
+				if len(killed) > 0 {
+					f.logf("the daemon ended and left %d app-server groups: killed", len(killed))
 				}
-				f.killStopped()
+				_, lease = in.latest(deadline, lease)
+				if lease != 0 && lv.endpoints != "" && !in.stopping {
+					f.leave(lv, lease, killed, *poll)
+				}
+				return nil
 			}
 		}
+		if time.Now().Before(next) {
+			continue
+		}
+		f.scan()
+		deadline, lease = in.latest(deadline, lease)
+		if now := cluster.BootNow(); !deadline.IsZero() && !now.Before(deadline) && !inputPending(pipe) {
+			if killed := f.kill(); len(killed) > 0 {
+				f.logf("the daemon did not renew its lease in time (fence time passed %v ago): killed %d app-server groups", now.Sub(deadline).Round(time.Millisecond), len(killed))
+			}
+			f.killStopped()
+		}
+		next = time.Now().Add(*poll)
 	}
 }
 
-// fenceInput is what the reader took from the daemon's pipe and the
-// deciding loop has not parsed yet: the reader only appends, so a line
-// is never held back from the decision (a reader that handed lines over
-// one at a time held the rest in its buffer while the loop decided).
+// readEnd is a descriptor of the helper's own for its input, the read
+// end of the daemon's pipe (close-on-exec, left blocking: the helper
+// waits in poll(2)). Anything else is refused: fence times come only
+// from the daemon.
+func readEnd(in io.Reader) (int, error) {
+	f, ok := in.(*os.File)
+	if !ok {
+		return -1, errors.New("its input must be the read end of the daemon's pipe")
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return -1, fmt.Errorf("its input: %w", err)
+	}
+	dup, derr := -1, error(nil)
+	if cerr := rc.Control(func(fd uintptr) {
+		var st unix.Stat_t
+		if derr = unix.Fstat(int(fd), &st); derr != nil {
+			return
+		}
+		fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
+		if st.Mode&unix.S_IFMT != unix.S_IFIFO || err != nil || fl&unix.O_ACCMODE == unix.O_WRONLY {
+			derr = errors.New("its input must be the read end of the daemon's pipe")
+			return
+		}
+		dup, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); cerr != nil {
+		return -1, fmt.Errorf("its input: %w", cerr)
+	}
+	if derr != nil {
+		return -1, fmt.Errorf("its input: %w", derr)
+	}
+	return dup, nil
+}
+
+// fenceInput is what the helper read from the daemon's pipe and has
+// not parsed yet (a partial line waits for its end).
 type fenceInput struct {
-	mu       sync.Mutex
 	buf      []byte
 	stopping bool // the daemon wrote "stop": it ends on purpose, and leaves by itself
 }
 
-func (in *fenceInput) add(b []byte) {
-	in.mu.Lock()
-	in.buf = append(in.buf, b...)
-	in.mu.Unlock()
-}
-
-func (in *fenceInput) isStopping() bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.stopping
-}
+func (in *fenceInput) add(b []byte) { in.buf = append(in.buf, b...) }
 
 // latest parses every complete line taken so far and returns the last
 // fence time among them and its lease, or deadline and lease when there
 // is none; a partial line waits for its end. A line is the fence time
 // (boot clock nanoseconds) and, after a space, the lease's id.
 func (in *fenceInput) latest(deadline time.Time, lease clientv3.LeaseID) (time.Time, clientv3.LeaseID) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
 	for {
 		i := bytes.IndexByte(in.buf, '\n')
 		if i < 0 {
@@ -171,23 +202,12 @@ func (in *fenceInput) latest(deadline time.Time, lease clientv3.LeaseID) (time.T
 	}
 }
 
-// inputPending reports whether in is a pipe (or another file) with bytes
-// written and not read yet (FIONREAD, which is TIOCINQ): a renewal the reader has yet to
-// take. Not a file: false.
-func inputPending(in io.Reader) bool {
-	f, ok := in.(*os.File)
-	if !ok {
-		return false
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return false
-	}
-	n := 0
-	if cerr := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); cerr != nil || err != nil {
-		return false
-	}
-	return n > 0
+// inputPending reports whether the pipe holds bytes written and not
+// read yet (FIONREAD, which is TIOCINQ): a renewal the helper has yet to
+// read.
+func inputPending(pipe int) bool {
+	n, err := unix.IoctlGetInt(pipe, unix.TIOCINQ)
+	return err == nil && n > 0
 }
 
 // fence is what the helper knows of the daemon's app-servers.

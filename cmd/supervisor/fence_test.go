@@ -14,6 +14,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sys/unix"
 
 	"github.com/meshweaver/supervisor/cluster"
 	"github.com/meshweaver/supervisor/testkit/etcdtest"
@@ -84,7 +85,7 @@ func waitSaw(t *testing.T, saw <-chan int, app int) {
 // kills its process group once one passes, and exits when its input ends.
 func TestFenceKillsPastTheDeadline(t *testing.T) {
 	sh, app := fakeDaemon(t)
-	in, feed := io.Pipe()
+	in, feed := fencePipe(t)
 	var log syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
@@ -135,7 +136,7 @@ func TestFenceKillsPastTheDeadline(t *testing.T) {
 // TTL, says it expires instead, and exits.
 func TestFenceKillsWhatADeadDaemonLeft(t *testing.T) {
 	sh, app := fakeDaemon(t)
-	in, feed := io.Pipe()
+	in, feed := fencePipe(t)
 	var log syncbuf.Buffer
 	saw := watchFenceSaw(t)
 	done := make(chan error, 1)
@@ -213,7 +214,7 @@ func TestFenceTimeIsAnInstant(t *testing.T) {
 // killed too, so its etcd member cannot resume as a stale leader.
 func TestFenceKillsAStoppedDaemon(t *testing.T) {
 	sh, app := fakeDaemonScript(t, "setsid sleep 60 & echo $!; wait; exec sleep 60") // lives on after its app-server
-	in, feed := io.Pipe()
+	in, feed := fencePipe(t)
 	var log syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
@@ -252,35 +253,59 @@ func TestFenceKillsAStoppedDaemon(t *testing.T) {
 	}
 }
 
-// TestFenceInputPending: a renewal written to the helper's pipe and not
-// read yet is seen, so the helper does not fence on an older one.
-func TestFenceInputPending(t *testing.T) {
-	r, w, err := os.Pipe()
+// fencePipe is the daemon's pipe to a helper under test: the helper
+// reads in, the test writes feed.
+func fencePipe(t *testing.T) (in, feed *os.File) {
+	t.Helper()
+	in, feed, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	defer w.Close()
-	if inputPending(r) {
+	t.Cleanup(func() { in.Close(); feed.Close() })
+	return in, feed
+}
+
+// TestFenceInputPending: a renewal written to the helper's pipe and not
+// read yet is seen, so the helper does not fence on an older one.
+func TestFenceInputPending(t *testing.T) {
+	r, w := fencePipe(t)
+	fd, err := readEnd(r)
+	if err != nil {
+		t.Fatalf("readEnd of a pipe: %v", err)
+	}
+	defer unix.Close(fd)
+	if inputPending(fd) {
 		t.Fatal("an empty pipe has input pending")
 	}
 	if _, err := fmt.Fprintln(w, cluster.BootNow().UnixNano()); err != nil {
 		t.Fatal(err)
 	}
-	if !inputPending(r) {
+	if !inputPending(fd) {
 		t.Fatal("a written line is not pending")
 	}
 	if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	if inputPending(r) {
+	if inputPending(fd) {
 		t.Fatal("a read line is still pending")
 	}
+	// The helper reads only the read end of a pipe: fence times come
+	// from the daemon.
 	pr, pw := io.Pipe()
 	defer pr.Close()
 	defer pw.Close()
-	if inputPending(pr) {
-		t.Fatal("an io.Pipe has input pending")
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	for name, in := range map[string]io.Reader{"an io.Pipe": pr, "the pipe's write end": w, os.DevNull: null} {
+		if fd, err := readEnd(in); err == nil {
+			unix.Close(fd)
+			t.Errorf("%s taken for the daemon's pipe", name)
+		} else if !strings.Contains(err.Error(), "the read end of the daemon's pipe") {
+			t.Errorf("%s refused with %v", name, err)
+		}
 	}
 	// Every complete line taken counts, the last one wins, a partial
 	// line waits for its end; a line's lease comes with its fence time.
@@ -327,7 +352,7 @@ func fenceOnEtcd(t *testing.T, script string) (*exec.Cmd, int, io.WriteCloser, *
 	t.Cleanup(cancel)
 	watch := c.Watch(wctx, "owner")
 	sh, app := fakeDaemonScript(t, script)
-	in, feed := io.Pipe()
+	in, feed := fencePipe(t)
 	log := &syncbuf.Buffer{}
 	saw := watchFenceSaw(t)
 	done := make(chan error, 1)
