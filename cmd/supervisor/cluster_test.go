@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -58,6 +59,14 @@ type testCluster struct {
 	extra                  []string          // more serve flags
 	external               *etcdtest.Cluster // nil: each member runs an embedded etcd member
 	endpointsOf            map[int]string    // with external: a member's own --etcd-endpoints (proxies), else external's
+	tls                    *clusterTLS       // nil: plaintext
+}
+
+// clusterTLS puts a test cluster under mutual TLS.
+type clusterTLS struct {
+	member func(i int) []string // member i's serve flags: its --tls-*, --etcd-tls-*, --authz
+	etcd   cluster.TLSFiles     // the files of the test's own etcd clients
+	caller *tls.Config          // the test's callers' (dial)
 }
 
 type clusterMember struct {
@@ -91,9 +100,17 @@ func startTestCluster(t *testing.T, n int, ec *etcdtest.Cluster, extra []string)
 
 func startTestClusterVia(t *testing.T, n int, ec *etcdtest.Cluster, endpoints map[int]string, extra []string) *testCluster {
 	t.Helper()
+	return startTestClusterTLS(t, n, ec, endpoints, nil, extra)
+}
+
+// startTestClusterTLS is startTestClusterVia under mutual TLS when
+// secured is set (with an external etcd, whose TLS it is the test's to
+// start).
+func startTestClusterTLS(t *testing.T, n int, ec *etcdtest.Cluster, endpoints map[int]string, secured *clusterTLS, extra []string) *testCluster {
+	t.Helper()
 	root := t.TempDir()
 	tc := &testCluster{t: t, bin: codexBin(t), root: root, exe: opsBuild(t, root),
-		homes: filepath.Join(root, "homes"), workspace: filepath.Join(root, "workspace"), extra: extra, external: ec, endpointsOf: endpoints}
+		homes: filepath.Join(root, "homes"), workspace: filepath.Join(root, "workspace"), extra: extra, external: ec, endpointsOf: endpoints, tls: secured}
 	if err := os.MkdirAll(tc.workspace, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +148,7 @@ func startTestClusterVia(t *testing.T, n int, ec *etcdtest.Cluster, endpoints ma
 	if ec != nil {
 		clients = []string{ec.Endpoints()}
 	}
-	c, err := cluster.NewClient(strings.Join(clients, ","), cluster.TLSFiles{})
+	c, err := cluster.NewClient(strings.Join(clients, ","), tc.etcdFiles())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +192,9 @@ func (tc *testCluster) start(i int, initial, clients string) {
 	args = append(args, servable(tc.t, tc.root, tc.workspace)...)
 	for _, kv := range codexhome.Overrides(tc.model.URL()) {
 		args = append(args, "--codex-override", kv)
+	}
+	if tc.tls != nil {
+		args = append(args, tc.tls.member(i)...)
 	}
 	args = append(args, tc.extra...)
 	m.srv = opsStartServe(tc.t, tc.exe, args...)
@@ -258,12 +278,24 @@ func (tc *testCluster) dial(i int) *client.Client {
 	tc.t.Helper()
 	ctx, cancel := context.WithTimeout(tc.t.Context(), 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, tc.members[i].addr)
+	var opts []client.Option
+	if tc.tls != nil {
+		opts = append(opts, client.WithTLS(tc.tls.caller))
+	}
+	c, err := client.Dial(ctx, tc.members[i].addr, opts...)
 	if err != nil {
 		tc.t.Fatal(err)
 	}
 	tc.t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// etcdFiles are the test's etcd clients' TLS files (none in plaintext).
+func (tc *testCluster) etcdFiles() cluster.TLSFiles {
+	if tc.tls == nil {
+		return cluster.TLSFiles{}
+	}
+	return tc.tls.etcd
 }
 
 // ownerOf is the member index that owns user in etcd, -1 for none.
@@ -459,7 +491,7 @@ func (tc *testCluster) keyGone(i int, key string) <-chan time.Time {
 	if tc.external != nil {
 		ep = tc.external.Endpoints()
 	}
-	c, err := cluster.NewClient(ep, cluster.TLSFiles{})
+	c, err := cluster.NewClient(ep, tc.etcdFiles())
 	if err != nil {
 		tc.t.Fatal(err)
 	}

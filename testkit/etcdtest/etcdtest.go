@@ -6,11 +6,17 @@
 // The members run etcd's own defaults for the raft timings (a heartbeat
 // every 100 ms, an election after 1 s of silence), the defaults an
 // operator's etcd has unless tuned, at nice −10 (ahead).
+//
+// Start runs them in plaintext; StartTLS under mutual TLS, as production
+// runs them: https client and peer URLs, each port asking for a client
+// certificate its CA signed.
 package etcdtest
 
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
@@ -24,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -32,6 +39,27 @@ import (
 
 // env names the member a process runs as: name,dir,peer,client,initial.
 const env = "MESHWEAVER_ETCDTEST_MEMBER"
+
+// envTLS holds a TLS member's files, TLSFiles as JSON (a path may hold a
+// comma, env's separator).
+const envTLS = "MESHWEAVER_ETCDTEST_TLS"
+
+// TLSFiles are the members' mutual-TLS files (PEM): one certificate and
+// key for every member, which serve both ends of a connection (server
+// and client auth, valid for 127.0.0.1), and the CA whose signature each
+// member's client and peer ports require of a client's certificate. The
+// Cluster's own calls (Leader) present the same certificate.
+type TLSFiles struct {
+	Cert, Key, CA string
+}
+
+// Enabled reports whether the files are set.
+func (f TLSFiles) Enabled() bool { return f.Cert != "" }
+
+// info is etcd's form of the files, asking for client certificates.
+func (f TLSFiles) info() transport.TLSInfo {
+	return transport.TLSInfo{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA, ClientCertAuth: true}
+}
 
 // ElectionTimeout is the members' raft election timeout.
 const ElectionTimeout = time.Second
@@ -71,6 +99,13 @@ func member(spec string) error {
 	cfg.InitialCluster = strings.ReplaceAll(f[4], ";", ",")
 	cfg.InitialClusterToken = "etcdtest"
 	cfg.TickMs, cfg.ElectionMs = 100, uint(ElectionTimeout/time.Millisecond)
+	if raw := os.Getenv(envTLS); raw != "" {
+		var files TLSFiles
+		if err := json.Unmarshal([]byte(raw), &files); err != nil {
+			return fmt.Errorf("bad %s %q: %w", envTLS, raw, err)
+		}
+		cfg.ClientTLSInfo, cfg.PeerTLSInfo = files.info(), files.info()
+	}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	if _, err := os.Stat(filepath.Join(cfg.Dir, "member")); err == nil {
 		cfg.ClusterState = embed.ClusterStateFlagExisting
@@ -123,6 +158,7 @@ func ahead() {
 // Cluster is n etcd member processes on loopback.
 type Cluster struct {
 	Members []*Member
+	TLS     TLSFiles // the members' files; unset in plaintext
 	t       testing.TB
 }
 
@@ -132,17 +168,40 @@ type Member struct {
 	cmd                     *exec.Cmd
 	done, readyCh           chan struct{}
 	initial                 string
+	tls                     TLSFiles
 	t                       testing.TB
 }
 
-// Start runs n members and waits until each serves. Cleanup ends them.
+// Start runs n members in plaintext and waits until each serves. Cleanup
+// ends them.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t}
+	return start(t, n, TLSFiles{})
+}
+
+// StartTLS runs n members under mutual TLS with files (see TLSFiles) and
+// waits until each serves: their client and peer URLs are https, and
+// both ports refuse a client without a certificate files.CA signed.
+// Cleanup ends them.
+func StartTLS(t testing.TB, n int, files TLSFiles) *Cluster {
+	t.Helper()
+	if !files.Enabled() || files.Key == "" || files.CA == "" {
+		t.Fatalf("etcdtest.StartTLS: want a certificate, key and CA, got %+v", files)
+	}
+	return start(t, n, files)
+}
+
+func start(t testing.TB, n int, files TLSFiles) *Cluster {
+	t.Helper()
+	scheme := "http://"
+	if files.Enabled() {
+		scheme = "https://"
+	}
+	c := &Cluster{TLS: files, t: t}
 	var initial []string
 	for i := range n {
 		m := &Member{Name: fmt.Sprintf("e%d", i), Dir: filepath.Join(t.TempDir(), "etcd"),
-			Peer: "http://" + freeAddr(t), Client: "http://" + freeAddr(t), t: t}
+			Peer: scheme + freeAddr(t), Client: scheme + freeAddr(t), tls: files, t: t}
 		initial = append(initial, m.Name+"="+m.Peer)
 		c.Members = append(c.Members, m)
 	}
@@ -178,7 +237,7 @@ func (c *Cluster) Leader() int {
 			if !m.Running() {
 				continue
 			}
-			if st, err := status(m.Client); err == nil {
+			if st, err := status(m.Client, c.TLS); err == nil {
 				ids[st.Header.MemberId] = i
 				if st.Leader != 0 {
 					leader = st.Leader
@@ -194,9 +253,17 @@ func (c *Cluster) Leader() int {
 	return -1
 }
 
-// status asks the member at endpoint for its status.
-func status(endpoint string) (*clientv3.StatusResponse, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second, Logger: zap.NewNop()})
+// status asks the member at endpoint for its status, presenting the
+// members' certificate when files are set.
+func status(endpoint string, files TLSFiles) (*clientv3.StatusResponse, error) {
+	var tc *tls.Config
+	if files.Enabled() {
+		var err error
+		if tc, err = files.info().ClientConfig(); err != nil {
+			return nil, err
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, TLS: tc, DialTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +281,13 @@ func (m *Member) start() {
 	}
 	m.cmd = exec.Command(exe, "-test.run=^$")
 	m.cmd.Env = append(os.Environ(), env+"="+strings.Join([]string{m.Name, m.Dir, m.Peer, m.Client, m.initial}, ","))
+	if m.tls.Enabled() {
+		files, err := json.Marshal(m.tls)
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		m.cmd.Env = append(m.cmd.Env, envTLS+"="+string(files))
+	}
 	m.cmd.Stderr = os.Stderr
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out, err := m.cmd.StdoutPipe()
