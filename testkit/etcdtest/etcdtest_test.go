@@ -19,6 +19,7 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/meshweaver/supervisor/testkit/etcdtest"
@@ -26,7 +27,7 @@ import (
 
 func TestMain(m *testing.M) {
 	etcdtest.Main() // the members are this binary
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // TestStartPlaintext: Start's members serve http, and Leader finds one.
