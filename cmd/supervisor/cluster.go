@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -369,22 +371,47 @@ func (o *clusterOptions) etcdFiles(node tlsOptions) cluster.TLSFiles {
 }
 
 // etcdTrustsCallers says, for the start log and serve --check, when etcd
-// trusts the CA that signs the callers' certificates (the remote's
-// --tls-ca): then every caller the CA signed can reach etcd's ports, and
+// trusts a CA the remote trusts for callers (a certificate in both
+// bundles): then every caller that CA signed can reach etcd's ports, and
 // whoever writes its keys moves users between members.
 func (o *clusterOptions) etcdTrustsCallers(node tlsOptions) string {
 	files := o.etcdFiles(node)
 	if !o.enabled() || !files.Enabled() || !node.enabled() {
 		return ""
 	}
-	if files.CA != node.ca {
-		own, err1 := os.ReadFile(files.CA)
-		callers, err2 := os.ReadFile(node.ca)
-		if err1 != nil || err2 != nil || !bytes.Equal(own, callers) {
-			return ""
+	if files.CA != node.ca && !sharesACertificate(files.CA, node.ca) {
+		return ""
+	}
+	return "etcd trusts a CA that the remote trusts for callers (--tls-ca): a caller's certificate signed by it can reach etcd and write the keys saying which member owns a user; give the members a CA of their own for etcd (--etcd-tls-cert, --etcd-tls-key, --etcd-tls-ca)"
+}
+
+// sharesACertificate reports whether the PEM bundles a and b hold a
+// certificate in common: a bundle of etcd's that also holds one of the
+// callers' CAs trusts the callers as much as that CA's own file does.
+func sharesACertificate(a, b string) bool {
+	certs := func(name string) [][]byte {
+		rest, err := os.ReadFile(name)
+		if err != nil {
+			return nil
+		}
+		var out [][]byte
+		for {
+			var blk *pem.Block
+			if blk, rest = pem.Decode(rest); blk == nil {
+				return out
+			}
+			if blk.Type == "CERTIFICATE" {
+				out = append(out, blk.Bytes)
+			}
 		}
 	}
-	return "etcd trusts the CA that signs the callers' certificates (--tls-ca): any caller's certificate can reach etcd and write the keys saying which member owns a user; give the members a CA of their own for etcd (--etcd-tls-cert, --etcd-tls-key, --etcd-tls-ca)"
+	theirs := certs(b)
+	for _, c := range certs(a) {
+		if slices.ContainsFunc(theirs, func(d []byte) bool { return bytes.Equal(c, d) }) {
+			return true
+		}
+	}
+	return false
 }
 
 // memberOf is the member id of a clustered daemon, "" otherwise.

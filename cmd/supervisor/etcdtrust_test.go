@@ -111,7 +111,7 @@ func TestEtcdTrustsOnlyTheMembersCA(t *testing.T) {
 		t.Errorf("the fence helper's command line %q: want the etcd files", strings.ReplaceAll(args, "\x00", " "))
 	}
 	if _, ok := h.srv.find(func(rec map[string]any) bool {
-		return strings.HasPrefix(rec["msg"].(string), "etcd trusts the CA that signs the callers")
+		return strings.HasPrefix(rec["msg"].(string), "etcd trusts a CA that the remote trusts for callers")
 	}); ok {
 		t.Error("the start log warns that etcd trusts the callers' CA, which it does not")
 	}
@@ -143,9 +143,9 @@ func fenceHelperCmdline(t *testing.T, pid int) string {
 }
 
 // TestEtcdTrustsCallersWarning: the start warning (serve --check prints
-// it too) when etcd trusts the CA that signs the callers: no --etcd-tls-* in a
-// TLS cluster, or an etcd CA with the same certificates under another
-// name; none for a CA of the members' own or outside a cluster.
+// it too) when etcd trusts a CA that signs callers: no --etcd-tls-* in a
+// TLS cluster, the callers' CA under another name, or bundles with a CA
+// in common; none for a CA of the members' own or outside a cluster.
 func TestEtcdTrustsCallersWarning(t *testing.T) {
 	dir := t.TempDir()
 	callers := tlsNewCA(t, dir, "ca", "meshweaver test CA")
@@ -160,6 +160,15 @@ func TestEtcdTrustsCallersWarning(t *testing.T) {
 	if err := os.WriteFile(copied, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A bundle of etcd's holding the members' CA and the callers'.
+	mb, err := os.ReadFile(members.pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := filepath.Join(dir, "both.pem")
+	if err := os.WriteFile(both, append(append([]byte("# the members' CA, then the callers'\n"), mb...), b...), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	node := tlsOptions{cert: cert, key: key, ca: callers.pem}
 	for _, tc := range []struct {
 		name    string
@@ -170,6 +179,8 @@ func TestEtcdTrustsCallersWarning(t *testing.T) {
 	}{
 		{"one CA for both", "c1", node, tlsOptions{}, true},
 		{"the callers' CA copied", "c1", node, tlsOptions{cert: etcdCert, key: etcdKey, ca: copied}, true},
+		{"a bundle with the callers' CA in it", "c1", node, tlsOptions{cert: etcdCert, key: etcdKey, ca: both}, true},
+		{"the callers' bundle with etcd's CA in it", "c1", tlsOptions{cert: cert, key: key, ca: both}, tlsOptions{cert: etcdCert, key: etcdKey, ca: members.pem}, true},
 		{"a CA of the members' own", "c1", node, tlsOptions{cert: etcdCert, key: etcdKey, ca: members.pem}, false},
 		{"no cluster", "", node, tlsOptions{}, false},
 		{"plaintext", "c1", tlsOptions{}, tlsOptions{}, false},
