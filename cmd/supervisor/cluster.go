@@ -1,9 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/pem"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,7 +23,6 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/meshweaver/supervisor/actors"
-	"github.com/meshweaver/supervisor/client"
 	"github.com/meshweaver/supervisor/cluster"
 	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
@@ -50,6 +47,10 @@ type clusterOptions struct {
 	// of the members' own keeps the callers' certificates, which the
 	// remote's CA signs, away from the ownership keys. Default: --tls-*.
 	etcdTLS tlsOptions
+	// etcdCASum is the sha256 of etcd's CA file as validate read it: etcd
+	// reads its CA once, so a reload that finds it changed asks for a
+	// restart.
+	etcdCASum [sha256.Size]byte
 }
 
 func (o *clusterOptions) register(fs *flag.FlagSet) {
@@ -90,11 +91,30 @@ func (o *clusterOptions) validate(node tlsOptions, allowPlaintext bool) error {
 	if o.etcdTLS.enabled() {
 		if o.etcdTLS.cert == "" || o.etcdTLS.key == "" || o.etcdTLS.ca == "" {
 			errs = append(errs, errors.New("etcd's mutual TLS needs all of --etcd-tls-cert, --etcd-tls-key and --etcd-tls-ca"))
-		} else if _, err := client.LoadTLSFiles(o.etcdTLS.cert, o.etcdTLS.key, o.etcdTLS.ca); err != nil {
-			errs = append(errs, fmt.Errorf("--etcd-tls-*: %w", err))
+		} else {
+			errs = append(errs, o.checkEtcdFiles(o.etcdTLS, "--etcd-tls-cert", "--etcd-tls-ca")...)
 		}
+	} else if node.cert != "" && node.key != "" && node.ca != "" {
+		errs = append(errs, o.checkEtcdFiles(node, "--tls-cert", "--tls-ca")...)
 	}
 	tlsOn := o.etcdFiles(node).Enabled()
+	for _, u := range strings.Split(o.endpoints, ",") {
+		if u == "" {
+			continue
+		}
+		// The etcd client takes TLS or not for every endpoint from the
+		// first one's scheme: an http one among https would send the
+		// ownership traffic in the clear.
+		p, err := url.Parse(u)
+		switch {
+		case err != nil || p.Host == "":
+			errs = append(errs, fmt.Errorf("--etcd-endpoints: %q is not a URL", u))
+		case tlsOn && p.Scheme != "https":
+			errs = append(errs, fmt.Errorf("--etcd-endpoints: %q: with --etcd-tls-cert or --tls-cert the member speaks mutual TLS to etcd, so https", u))
+		case !tlsOn && p.Scheme != "http":
+			errs = append(errs, fmt.Errorf("--etcd-endpoints: %q: without TLS, http", u))
+		}
+	}
 	if !clusterID.MatchString(o.name) {
 		errs = append(errs, fmt.Errorf("--cluster %q: letters, digits, '.', '_' and '-', at most 64", o.name))
 	}
@@ -122,7 +142,7 @@ func (o *clusterOptions) validate(node tlsOptions, allowPlaintext bool) error {
 		if !tlsOn && !allowPlaintext {
 			// etcd opens its own sockets: the listener guard cannot wrap
 			// them, and whoever writes its keys moves users between members.
-			errs = append(errs, fmt.Errorf("an embedded etcd member without TLS serves its client (%s) and peer (%s) ports to every local process, the users' agents included: use mutual TLS (--tls-cert, --tls-key, --tls-ca), or accept it with --allow-plaintext", o.etcdClient, o.etcdPeer))
+			errs = append(errs, fmt.Errorf("an embedded etcd member without TLS serves its client (%s) and peer (%s) ports to every local process, the users' agents included: use mutual TLS (--etcd-tls-cert, --etcd-tls-key, --etcd-tls-ca, or --tls-*), or accept it with --allow-plaintext", o.etcdClient, o.etcdPeer))
 		}
 	} else if o.endpoints == "" {
 		errs = append(errs, errors.New("--cluster needs --etcd-endpoints or an embedded member (--etcd-name)"))
@@ -368,50 +388,6 @@ func (o *clusterOptions) etcdFiles(node tlsOptions) cluster.TLSFiles {
 		return cluster.TLSFiles{}
 	}
 	return cluster.TLSFiles{Cert: t.cert, Key: t.key, CA: t.ca}
-}
-
-// etcdTrustsCallers says, for the start log and serve --check, when etcd
-// trusts a CA the remote trusts for callers (a certificate in both
-// bundles): then every caller that CA signed can reach etcd's ports, and
-// whoever writes its keys moves users between members.
-func (o *clusterOptions) etcdTrustsCallers(node tlsOptions) string {
-	files := o.etcdFiles(node)
-	if !o.enabled() || !files.Enabled() || !node.enabled() {
-		return ""
-	}
-	if files.CA != node.ca && !sharesACertificate(files.CA, node.ca) {
-		return ""
-	}
-	return "etcd trusts a CA that the remote trusts for callers (--tls-ca): a caller's certificate signed by it can reach etcd and write the keys saying which member owns a user; give the members a CA of their own for etcd (--etcd-tls-cert, --etcd-tls-key, --etcd-tls-ca)"
-}
-
-// sharesACertificate reports whether the PEM bundles a and b hold a
-// certificate in common: a bundle of etcd's that also holds one of the
-// callers' CAs trusts the callers as much as that CA's own file does.
-func sharesACertificate(a, b string) bool {
-	certs := func(name string) [][]byte {
-		rest, err := os.ReadFile(name)
-		if err != nil {
-			return nil
-		}
-		var out [][]byte
-		for {
-			var blk *pem.Block
-			if blk, rest = pem.Decode(rest); blk == nil {
-				return out
-			}
-			if blk.Type == "CERTIFICATE" {
-				out = append(out, blk.Bytes)
-			}
-		}
-	}
-	theirs := certs(b)
-	for _, c := range certs(a) {
-		if slices.ContainsFunc(theirs, func(d []byte) bool { return bytes.Equal(c, d) }) {
-			return true
-		}
-	}
-	return false
 }
 
 // memberOf is the member id of a clustered daemon, "" otherwise.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -111,7 +112,7 @@ func TestEtcdTrustsOnlyTheMembersCA(t *testing.T) {
 		t.Errorf("the fence helper's command line %q: want the etcd files", strings.ReplaceAll(args, "\x00", " "))
 	}
 	if _, ok := h.srv.find(func(rec map[string]any) bool {
-		return strings.HasPrefix(rec["msg"].(string), "etcd trusts a CA that the remote trusts for callers")
+		return strings.HasPrefix(rec["msg"].(string), etcdTrustWarning)
 	}); ok {
 		t.Error("the start log warns that etcd trusts the callers' CA, which it does not")
 	}
@@ -169,6 +170,12 @@ func TestEtcdTrustsCallersWarning(t *testing.T) {
 	if err := os.WriteFile(both, append(append([]byte("# the members' CA, then the callers'\n"), mb...), b...), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// One root above two intermediates, the callers' and the members'.
+	root := tlsNewCA(t, dir, "root", "meshweaver test root")
+	callersInt := tlsMakeCA(t, dir, "callers-int", "meshweaver test callers", root, 0)
+	membersInt := tlsMakeCA(t, dir, "members-int", "meshweaver test members", root, 0)
+	intCert, intKey := callersInt.issue(t, dir, "node-int")
+	underRoot := tlsOptions{cert: intCert, key: intKey, ca: callersInt.pem}
 	node := tlsOptions{cert: cert, key: key, ca: callers.pem}
 	for _, tc := range []struct {
 		name    string
@@ -182,6 +189,8 @@ func TestEtcdTrustsCallersWarning(t *testing.T) {
 		{"a bundle with the callers' CA in it", "c1", node, tlsOptions{cert: etcdCert, key: etcdKey, ca: both}, true},
 		{"the callers' bundle with etcd's CA in it", "c1", tlsOptions{cert: cert, key: key, ca: both}, tlsOptions{cert: etcdCert, key: etcdKey, ca: members.pem}, true},
 		{"a CA of the members' own", "c1", node, tlsOptions{cert: etcdCert, key: etcdKey, ca: members.pem}, false},
+		{"etcd's root above the callers' intermediate", "c1", underRoot, tlsOptions{cert: etcdCert, key: etcdKey, ca: root.pem}, true},
+		{"etcd's own intermediate beside the callers' under one root", "c1", underRoot, tlsOptions{cert: etcdCert, key: etcdKey, ca: membersInt.pem}, false},
 		{"no cluster", "", node, tlsOptions{}, false},
 		{"plaintext", "c1", tlsOptions{}, tlsOptions{}, false},
 	} {
@@ -202,7 +211,11 @@ func TestEtcdTrustsCallersWarning(t *testing.T) {
 func TestEtcdTLSSettings(t *testing.T) {
 	dir := t.TempDir()
 	members := tlsNewCA(t, dir, "etcd-ca", "meshweaver test etcd CA")
+	callers := tlsNewCA(t, dir, "ca", "meshweaver test CA")
 	etcdCert, etcdKey := members.issue(t, dir, "node-etcd")
+	callersCert, callersKey := callers.issue(t, dir, "node")
+	uriCert, uriKey := members.issueURI(t, dir, "node-etcd-uri", "spiffe://mesh/supervisor-n1")
+	noSAN, noSANKey := members.issueFor(t, dir, "node-etcd-nosan", nil, nil)
 	noEnv := func(string) (string, bool) { return "", false }
 	base := []string{"--homes", dir, "--workspace", dir, "--codex", opsCodexBin(t)}
 	embedded := []string{"--cluster", "prod", "--etcd-name", "n1", "--etcd-dir", dir + "/etcd", "--etcd-peer-listen", "https://127.0.0.1:2380",
@@ -213,7 +226,17 @@ func TestEtcdTLSSettings(t *testing.T) {
 	}{
 		{[]string{"--etcd-tls-ca", members.pem}, []string{"need --cluster"}},
 		{append([]string{"--etcd-tls-ca", members.pem}, embedded...), []string{"all of --etcd-tls-cert, --etcd-tls-key and --etcd-tls-ca"}},
-		{append([]string{"--etcd-tls-cert", etcdCert, "--etcd-tls-key", etcdKey, "--etcd-tls-ca", dir + "/missing.pem"}, embedded...), []string{"--etcd-tls-*", "missing.pem"}},
+		{append([]string{"--etcd-tls-cert", etcdCert, "--etcd-tls-key", etcdKey, "--etcd-tls-ca", dir + "/missing.pem"}, embedded...), []string{"--etcd-tls-ca", "missing.pem"}},
+		// Files that load but do not fit: each fails only at etcd's first
+		// connection otherwise.
+		{append([]string{"--etcd-tls-cert", callersCert, "--etcd-tls-key", callersKey, "--etcd-tls-ca", members.pem}, embedded...),
+			[]string{"--etcd-tls-cert " + callersCert + " is not a client certificate of etcd's CA"}},
+		{append([]string{"--etcd-tls-cert", noSAN, "--etcd-tls-key", noSANKey, "--etcd-tls-ca", members.pem}, embedded...),
+			[]string{"is not a server certificate of etcd's CA for 127.0.0.1"}},
+		// The etcd client takes TLS from the first endpoint's scheme.
+		{[]string{"--cluster", "prod", "--member", "n1", "--etcd-tls-cert", etcdCert, "--etcd-tls-key", etcdKey, "--etcd-tls-ca", members.pem,
+			"--etcd-endpoints", "http://10.0.0.1:2379,https://10.0.0.2:2379"}, []string{`--etcd-endpoints: "http://10.0.0.1:2379"`, "so https"}},
+		{[]string{"--cluster", "prod", "--member", "n1", "--etcd-endpoints", "https://10.0.0.1:2379"}, []string{`--etcd-endpoints: "https://10.0.0.1:2379": without TLS, http`}},
 	} {
 		settingsRefused(t, append(append([]string{}, base...), tc.args...), tc.want)
 	}
@@ -223,5 +246,88 @@ func TestEtcdTLSSettings(t *testing.T) {
 	}
 	if got, want := o.cluster.etcdFiles(o.tls), (cluster.TLSFiles{Cert: etcdCert, Key: etcdKey, CA: members.pem}); got != want {
 		t.Errorf("etcd's files: %+v, want %+v", got, want)
+	}
+	// A SPIFFE certificate with an IP SAN for the listen host serves.
+	if _, err := loadServeOptions(append(append([]string{}, base...), append([]string{"--etcd-tls-cert", uriCert, "--etcd-tls-key", uriKey, "--etcd-tls-ca", members.pem, "--allow-plaintext"}, embedded...)...), noEnv, &bytes.Buffer{}); err != nil {
+		t.Errorf("a SPIFFE certificate for 127.0.0.1: %v", err)
+	}
+}
+
+// TestEtcdReloadNeedsARestart: etcd reads its CA and its files' paths
+// once, so a SIGHUP that finds either changed names it among the
+// settings that need a restart; a certificate renewed at the same path
+// does not (etcd reads it at each handshake).
+func TestEtcdReloadNeedsARestart(t *testing.T) {
+	dir := t.TempDir()
+	members := tlsNewCA(t, dir, "etcd-ca", "meshweaver test etcd CA")
+	other := tlsNewCA(t, dir, "other-ca", "meshweaver test etcd CA 2")
+	etcdCert, etcdKey := members.issue(t, dir, "node-etcd")
+	conf := filepath.Join(dir, "supervisor.conf")
+	write := func(name, text string) {
+		t.Helper()
+		if err := os.WriteFile(name, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caFile := filepath.Join(dir, "etcd-trust.pem")
+	pemOf := func(name string) string {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	write(caFile, pemOf(members.pem))
+	write(conf, "log-level info\n")
+	args := []string{"--homes", dir, "--workspace", dir, "--codex", opsCodexBin(t), "--config", conf,
+		"--cluster", "prod", "--member", "n1", "--etcd-endpoints", "https://10.0.0.1:2379",
+		"--etcd-tls-cert", etcdCert, "--etcd-tls-key", etcdKey, "--etcd-tls-ca", caFile}
+	running, err := loadServeOptions(args, func(string) (string, bool) { return "", false }, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hup := func() string {
+		t.Helper()
+		var out bytes.Buffer
+		var level slog.LevelVar
+		reload(args, running, &level, nil, slog.New(slog.NewTextHandler(&out, nil)))
+		return out.String()
+	}
+	const restart = "settings changed that a reload cannot apply"
+	if got := hup(); strings.Contains(got, restart) {
+		t.Errorf("a reload with nothing changed asks for a restart:\n%s", got)
+	}
+	// The CA file now holds both CAs (a rotation's first step).
+	write(caFile, pemOf(members.pem)+pemOf(other.pem))
+	if got := hup(); !strings.Contains(got, restart) || !strings.Contains(got, "etcd's CA ("+caFile+"): new contents") {
+		t.Errorf("a reload after etcd's CA changed:\n%s", got)
+	}
+}
+
+// TestCheckWarnsEtcdTrustsCallers: serve --check prints the warning for
+// a member whose etcd trusts the callers' CA, and not for one with an
+// etcd CA of its own.
+func TestCheckWarnsEtcdTrustsCallers(t *testing.T) {
+	root := t.TempDir()
+	exe := opsBuild(t, root)
+	workspace := filepath.Join(root, "workspace")
+	if err := os.MkdirAll(workspace, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	servable(t, root, workspace)
+	callers := tlsNewCA(t, root, "ca", "meshweaver test CA")
+	members := tlsNewCA(t, root, "etcd-ca", "meshweaver test etcd CA")
+	cert, key := callers.issue(t, root, "node")
+	etcdCert, etcdKey := members.issue(t, root, "node-etcd")
+	check := []string{"serve", "--check", "--homes", filepath.Join(root, "homes"), "--workspace", workspace, "--codex", opsCodexBin(t),
+		"--tls-cert", cert, "--tls-key", key, "--tls-ca", callers.pem, "--authz-allow-any",
+		"--cluster", "prod", "--member", "n1", "--etcd-endpoints", "https://127.0.0.1:2379"}
+	code, stdout, stderr := cliRun(t, exe, nil, check...)
+	if code != 0 || !strings.Contains(stdout, "warning: "+etcdTrustWarning) {
+		t.Errorf("serve --check with one CA: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, stderr = cliRun(t, exe, nil, append(check, "--etcd-tls-cert", etcdCert, "--etcd-tls-key", etcdKey, "--etcd-tls-ca", members.pem)...)
+	if code != 0 || strings.Contains(stdout, etcdTrustWarning) {
+		t.Errorf("serve --check with etcd's own CA: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

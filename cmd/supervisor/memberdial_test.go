@@ -279,6 +279,11 @@ func TestClusterMemberDialNeedsClusterGrant(t *testing.T) {
 		"--cluster", "c1", "--member", "m0", "--etcd-name", "m0", "--etcd-dir", dir+"/etcd",
 		"--etcd-peer-listen", "https://"+peer, "--etcd-client-listen", "https://"+client,
 		"--etcd-initial-cluster", "m0=https://"+peer, "--log-level", "debug")
+	// One CA for the callers and etcd: the start log says what it costs.
+	h.srv.waitMsg("supervisor serving")
+	if _, ok := h.srv.find(func(rec map[string]any) bool { return strings.HasPrefix(fmt.Sprint(rec["msg"]), etcdTrustWarning) }); !ok {
+		t.Error("no start warning that etcd trusts the callers' CA")
+	}
 	etcd, err := cluster.NewClient("https://"+client, cluster.TLSFiles{Cert: nodeCert, Key: nodeKey, CA: ca.pem})
 	if err != nil {
 		t.Fatal(err)

@@ -309,6 +309,9 @@ func reload(args []string, running *serveOptions, level *slog.LevelVar, certs *t
 	if running.authz != "" && o.authz == running.authz && !reflect.DeepEqual(running.policy, o.policy) {
 		restart = append(restart, "authz (the file's grants)") // the edge's gate holds the policy read at start
 	}
+	if err := running.cluster.etcdReloadChanged(running.tls, &o.cluster, o.tls); err != nil {
+		restart = append(restart, err.Error()) // read by etcd once, at start
+	}
 	if len(restart) > 0 {
 		log.Warn("settings changed that a reload cannot apply; restart the daemon for them", "settings", strings.Join(restart, ","))
 	}

@@ -152,7 +152,7 @@ func (o *serveOptions) reach(g *listenerGuard) (kept, open []string) {
 	}
 	if o.cluster.embedded() && !o.cluster.etcdFiles(o.tls).Enabled() {
 		// etcd opens its own sockets: the guard cannot wrap them.
-		open = append(open, fmt.Sprintf("plaintext embedded etcd (--allow-plaintext): its client (%s) and peer (%s) ports take connections from every local process, the users' agents included, and whoever writes its keys moves users between members; use mutual TLS (--tls-cert, --tls-key, --tls-ca)",
+		open = append(open, fmt.Sprintf("plaintext embedded etcd (--allow-plaintext): its client (%s) and peer (%s) ports take connections from every local process, the users' agents included, and whoever writes its keys moves users between members; use mutual TLS (--etcd-tls-cert, --etcd-tls-key, --etcd-tls-ca, or --tls-*)",
 			o.cluster.etcdClient, o.cluster.etcdPeer))
 	}
 	return kept, open
