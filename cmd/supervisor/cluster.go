@@ -9,13 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -173,11 +169,13 @@ type clusterRuntime struct {
 	node      *cluster.Node
 	endpoints []*clientv3.Client
 	fences    prometheus.Counter
-	client    *clientv3.Client
-	etcd      *embed.Etcd
-	fence     *fenceHelper
-	root      atomic.Pointer[fenceTarget]
-	log       *slog.Logger
+	// helperRestarts counts the fence helper's restarts (fencehelper.go).
+	helperRestarts prometheus.Counter
+	client         *clientv3.Client
+	etcd           *embed.Etcd
+	fence          *fenceHelper
+	root           atomic.Pointer[fenceTarget]
+	log            *slog.Logger
 }
 
 // fenceTarget is where the node's fence goes once the daemon runs.
@@ -192,6 +190,9 @@ func startCluster(ctx context.Context, o *clusterOptions, tlsFiles cluster.TLSFi
 	rt := &clusterRuntime{log: log, fences: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "supervisor_cluster_fences_total",
 		Help: "Times this member fenced itself (stopped every app-server) because its etcd lease could not be renewed in time.",
+	}), helperRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "supervisor_cluster_fence_helper_restarts_total",
+		Help: "Times the fence helper was started again because it exited, or stopped reading its input, while the daemon served.",
 	})}
 	ok := false
 	defer func() {
@@ -234,7 +235,7 @@ func startCluster(ctx context.Context, o *clusterOptions, tlsFiles cluster.TLSFi
 			// etcd member that died with it.
 			log.Warn("--etcd-endpoints names only this member's own etcd: when this daemon dies, its users wait for its lease to expire instead of moving at once; list every member's client URL", "etcd_client", o.etcdClient)
 		}
-		if rt.fence, err = startFenceHelper(o.fenceHelperF, fenceHelperArgs(o, endpoints, tlsFiles), stderr); err != nil {
+		if rt.fence, err = startFenceHelper(o.fenceHelperF, fenceHelperArgs(o, endpoints, tlsFiles), stderr, log, rt.helperRestarts); err != nil {
 			return nil, err
 		}
 	}
@@ -305,16 +306,6 @@ func (rt *clusterRuntime) close() {
 	}
 }
 
-// fenceHelper is the `supervisor fence` process beside a member's daemon:
-// the daemon writes it each new fence time; it kills the daemon's
-// app-servers when one passes (fence.go).
-type fenceHelper struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	mu   sync.Mutex
-	done chan struct{}
-}
-
 // fenceHelperArgs are the helper's flags for this member: with the etcd
 // endpoints and the node's certificate it leaves the cluster for a
 // daemon that died (fence.go).
@@ -327,54 +318,6 @@ func fenceHelperArgs(o *clusterOptions, endpoints string, tlsFiles cluster.TLSFi
 		args = append(args, "--kill-stopped-daemon")
 	}
 	return args
-}
-
-func startFenceHelper(exe string, args []string, stderr io.Writer) (*fenceHelper, error) {
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("finding this executable for the fence helper: %w", err)
-		}
-	}
-	cmd := exec.Command(exe, append([]string{"fence", "--daemon-pid", fmt.Sprint(os.Getpid())}, args...)...)
-	// Its own group: a signal to the daemon's group (a terminal's ^Z,
-	// SIGSTOP to the group) does not pause the fence.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the fence helper: %w", err)
-	}
-	h := &fenceHelper{cmd: cmd, in: in, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(h.done) }()
-	return h, nil
-}
-
-// deadline tells the helper the new fence time, an instant on the boot
-// clock (the node's clock, cluster.BootNow), and the lease it belongs to.
-func (h *fenceHelper) deadline(at time.Time, lease clientv3.LeaseID) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, _ = fmt.Fprintf(h.in, "%d %d\n", at.UnixNano(), int64(lease))
-}
-
-// stop tells the helper the daemon is stopping (it leaves the cluster by
-// itself), closes the helper's input (it exits, killing nothing that is
-// gone already) and waits for it.
-func (h *fenceHelper) stop() {
-	h.mu.Lock()
-	_, _ = io.WriteString(h.in, "stop\n")
-	_ = h.in.Close()
-	h.mu.Unlock()
-	select {
-	case <-h.done:
-	case <-time.After(5 * time.Second):
-		_ = h.cmd.Process.Kill()
-		<-h.done
-	}
 }
 
 // etcdFiles are the mutual-TLS files of the member's etcd traffic:

@@ -305,7 +305,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer rt.leave() // after the daemon stopped its app-servers
-		reg.MustRegister(rt.fences)
+		reg.MustRegister(rt.fences, rt.helperRestarts)
 		defer func() { rt.serving(nil, nil) }()
 		placement = rt.node
 		clusterServing = rt.serving
