@@ -51,7 +51,10 @@ func fakeDaemonScript(t *testing.T, script string) (*exec.Cmd, int) {
 	if err != nil {
 		t.Fatalf("the shell said %q", line)
 	}
-	t.Cleanup(func() { proctest.WaitGone(t, 0, 0, func(p proctest.Proc) bool { return p.PID == pid }) })
+	// A process SIGKILLed just now may not have exited yet: poll.
+	t.Cleanup(func() {
+		proctest.WaitGone(t, 5*time.Second, 10*time.Millisecond, func(p proctest.Proc) bool { return p.PID == pid })
+	})
 	return sh, pid
 }
 
