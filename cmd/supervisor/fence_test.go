@@ -398,6 +398,55 @@ func TestFenceLeavesForADeadDaemon(t *testing.T) {
 	}
 }
 
+// TestFenceKillsALeaderlessGroup: as the daemon dies, its exit sends each
+// app-server its Pdeathsig, which may kill it just before the helper
+// sees the end of its input, while a process it started (a tool
+// command) lives on in its group. The helper kills that group all the
+// same, and revokes the lease only once that process is dead.
+func TestFenceKillsALeaderlessGroup(t *testing.T) {
+	sh, app, feed, log, done, watch, _ := fenceOnEtcd(t, "setsid sh -c 'sleep 60 & wait' & echo $!; wait")
+	var tool proctest.Proc
+	if !proctest.Poll(10*time.Second, 10*time.Millisecond, func() bool {
+		m := proctest.List(func(p proctest.Proc) bool { return p.PGID == app && p.PID != app && p.Comm == "sleep" })
+		if len(m) == 1 {
+			tool = m[0]
+		}
+		return len(m) == 1
+	}) {
+		t.Fatalf("the app-server's tool command never started: %s", proctest.Describe(app))
+	}
+	t.Cleanup(func() {
+		if tool.Running() {
+			_ = syscall.Kill(tool.PID, syscall.SIGKILL)
+		}
+		proctest.WaitGone(t, 5*time.Second, 10*time.Millisecond, func(p proctest.Proc) bool { return p.PID == tool.PID && p.Start == tool.Start })
+	})
+	// The app-server's Pdeathsig first, then the daemon's death.
+	if err := syscall.Kill(app, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = sh.Process.Kill()
+	_ = sh.Wait()
+	feed.Close()
+	select {
+	case resp := <-watch:
+		if len(resp.Events) == 0 || resp.Events[0].Type != clientv3.EventTypeDelete {
+			t.Fatalf("the owner key's watch: %+v", resp)
+		}
+		if tool.Running() {
+			t.Fatalf("the lease was revoked while a process of a dead app-server's group was alive:\n%s", log.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the dead daemon's lease was not revoked:\n%s", log.String())
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "left 1 app-server groups: killed") {
+		t.Errorf("the fence's log does not say it killed the group:\n%s", log.String())
+	}
+}
+
 // TestFenceLeavesALiveDaemonsLeaseAlone: a daemon that closes the input
 // and lives on is stopping; it leaves by itself (or its lease expires):
 // the helper revokes nothing.
