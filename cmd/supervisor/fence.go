@@ -224,7 +224,11 @@ type fence struct {
 // scan remembers the daemon's children that lead a process group of
 // their own (the app-servers; under isolation, their bubblewrap), so that
 // they can be found after the daemon died and they were re-parented. A
-// group is forgotten once nothing of it lives (see groupLives).
+// group is forgotten once nothing of it lives (see groupLives). Children
+// are found by the daemon's pid, so they are trusted only when the daemon
+// is the same process before and after the look: a pid reused after the
+// daemon died (the helper stopped or starved meanwhile) names a
+// stranger, whose children are not the daemon's.
 func (f *fence) scan() {
 	host := procs.Host()
 	var dead []int
@@ -241,9 +245,16 @@ func (f *fence) scan() {
 			}
 		}
 	}
-	for _, id := range host.Scan(func(p procs.Proc) bool {
+	if !host.IsSame(f.daemonSelf) {
+		return // exited (a zombie has no children left) or a reused pid
+	}
+	found := host.Scan(func(p procs.Proc) bool {
 		return p.PPID == f.daemon && p.PGRP == p.PID && p.PID != f.self && p.Alive()
-	}) {
+	})
+	if !host.IsSame(f.daemonSelf) {
+		return // it was alive when the look began, maybe not throughout
+	}
+	for _, id := range found {
 		if _, ok := f.known[id.PID]; !ok && fenceSaw != nil {
 			fenceSaw(id.PID)
 		}

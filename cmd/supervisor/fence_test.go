@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/meshweaver/supervisor/cluster"
+	"github.com/meshweaver/supervisor/procs"
 	"github.com/meshweaver/supervisor/testkit/etcdtest"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 	"github.com/meshweaver/supervisor/testkit/syncbuf"
@@ -444,6 +445,58 @@ func TestFenceKillsALeaderlessGroup(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "left 1 app-server groups: killed") {
 		t.Errorf("the fence's log does not say it killed the group:\n%s", log.String())
+	}
+}
+
+// TestFenceScanTrustsOnlyTheDaemon: the helper finds the app-servers as
+// children of the daemon's pid, which names the daemon only while it has
+// the daemon's start time: a pid reused (the daemon died while the helper
+// was stopped) teaches the scan nothing. And a group is killed without
+// its leader only while the leader's pid is not another process's.
+func TestFenceScanTrustsOnlyTheDaemon(t *testing.T) {
+	sh, app := fakeDaemon(t)
+	host := procs.Host()
+	st, err := host.Stat(sh.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log syncbuf.Buffer
+	f := &fence{daemon: sh.Process.Pid, daemonSelf: procs.ID{PID: sh.Process.Pid, Start: st.Start + 1}, self: os.Getpid(), out: &log, known: map[int]procs.ID{}}
+	// The app-server leads its group once setsid ran: poll with the true
+	// daemon first, then look with the false one.
+	same := f.daemonSelf
+	same.Start = st.Start
+	other := f.daemonSelf
+	f.daemonSelf = same
+	if !proctest.Poll(10*time.Second, 10*time.Millisecond, func() bool { f.scan(); return len(f.known) == 1 }) {
+		t.Fatalf("the daemon's app-server %d was not found: %v", app, f.known)
+	}
+	appID := f.known[app]
+	clear(f.known)
+	f.daemonSelf = other
+	f.scan()
+	if len(f.known) != 0 {
+		t.Fatalf("a scan under a reused daemon pid learnt %v", f.known)
+	}
+	if killed, known := f.kill(); len(killed)+len(known) != 0 || !proctest.Alive(app) {
+		t.Fatalf("kill under a reused daemon pid: killed %v of %v", killed, known)
+	}
+	// The app-server's pid with another start time is a stranger's, even
+	// with live processes in its group.
+	members := host.Groups(app)
+	if len(members[app]) == 0 || !groupLives(host, appID, members) {
+		t.Fatalf("the live app-server's group: %v", members)
+	}
+	if groupLives(host, procs.ID{PID: app, Start: appID.Start - 1}, members) {
+		t.Fatal("a group whose leader's pid is another process's taken for the app-server's")
+	}
+	f.daemonSelf = same
+	f.scan()
+	if killed, _ := f.kill(); len(killed) != 1 || killed[0] != app {
+		t.Fatalf("kill = %v, want the app-server %d", killed, app)
+	}
+	if !proctest.Poll(10*time.Second, 10*time.Millisecond, func() bool { return !proctest.Alive(app) }) {
+		t.Fatal("the app-server outlived its kill")
 	}
 }
 
