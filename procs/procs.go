@@ -3,6 +3,7 @@ package procs
 import (
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -182,6 +183,24 @@ func (f FS) procs() []Proc {
 			continue
 		}
 		out = append(out, Proc{PID: p.PID, Stat: st, p: p})
+	}
+	return out
+}
+
+// Groups lists the live (not zombie) members of each of the process groups
+// pgids, in one pass over the tree; a group without live members is left
+// out. A group outlives its leader while it has members (the leader may
+// be gone or a zombie), and the kernel does not reuse a process group's
+// id while any process is in it.
+func (f FS) Groups(pgids ...int) map[int][]ID {
+	out := make(map[int][]ID)
+	if len(pgids) == 0 {
+		return out
+	}
+	for _, p := range f.procs() {
+		if p.Alive() && slices.Contains(pgids, p.PGRP) {
+			out[p.PGRP] = append(out[p.PGRP], p.ID())
+		}
 	}
 	return out
 }

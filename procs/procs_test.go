@@ -215,3 +215,36 @@ func FuzzStat(f *testing.F) {
 		_, _ = fs.Stat(7)
 	})
 }
+
+// groupStat is a stat line for pid in process group pgrp, in state state.
+func groupStat(pid, pgrp int, state byte, start uint64) string {
+	return strconv.Itoa(pid) + " (sh) " + string(state) + " 1 " + strconv.Itoa(pgrp) +
+		" 0 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 " + strconv.FormatUint(start, 10) +
+		" 1000000 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
+}
+
+func TestGroupsFake(t *testing.T) {
+	f := fakeFS(t, map[int]fakeProc{
+		30: {stat: groupStat(30, 30, 'S', 300)}, // a leader and its members
+		31: {stat: groupStat(31, 30, 'S', 310)},
+		32: {stat: groupStat(32, 30, 'Z', 320)}, // a zombie member: not live
+		41: {stat: groupStat(41, 40, 'R', 410)}, // leader 40 gone, a member left
+		50: {stat: groupStat(50, 50, 'Z', 500)}, // a zombie leader, alone
+		51: {stat: groupStat(51, 50, 'S', 510)}, // … and another group's zombie leader with a member
+		60: {stat: groupStat(60, 60, 'S', 600)}, // not asked for
+		61: {stat: "garbage"},
+	})
+	got := f.Groups(30, 40, 50, 70)
+	want := map[int][]ID{30: {{30, 300}, {31, 310}}, 40: {{41, 410}}, 50: {{51, 510}}}
+	if len(got) != len(want) {
+		t.Fatalf("Groups = %v, want %v", got, want)
+	}
+	for g, ids := range want {
+		if !slices.Equal(got[g], ids) {
+			t.Errorf("Groups[%d] = %v, want %v", g, got[g], ids)
+		}
+	}
+	if got := f.Groups(); len(got) != 0 {
+		t.Errorf("Groups() = %v, want none", got)
+	}
+}

@@ -2,6 +2,7 @@ package procs
 
 import (
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,4 +57,48 @@ func TestDescendantsOutsideTheGroup(t *testing.T) {
 	}
 	// A record whose start time does not match is left alone.
 	KillIfSame([]ID{{PID: cmd.Process.Pid, Start: 1}})
+}
+
+// A process group outlives its leader while a member lives: Groups finds
+// the member, and a group signal still reaches it.
+func TestGroupsAfterTheLeader(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 60 & echo $!; wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	leader := cmd.Process.Pid
+	buf := make([]byte, 32)
+	n, err := out.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	if err != nil {
+		t.Fatalf("reading the member's pid: %v", err)
+	}
+	st, err := Host().Stat(member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid := ID{PID: member, Start: st.Start}
+	t.Cleanup(func() { KillIfSame([]ID{mid}) })
+	if got := Host().Groups(leader)[leader]; len(got) != 2 {
+		t.Fatalf("Groups(%d) = %v, want the leader and its member", leader, got)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait() // the leader reaped: gone, its group lives on
+	if got := Host().Groups(leader)[leader]; !slices.Equal(got, []ID{mid}) {
+		t.Fatalf("Groups(%d) with its leader gone = %v, want [%v]", leader, got, mid)
+	}
+	if err := syscall.Kill(-leader, syscall.SIGKILL); err != nil {
+		t.Fatalf("signalling the leaderless group: %v", err)
+	}
+	if !Poll(5*time.Second, 10*time.Millisecond, func() bool { return len(Host().Groups(leader)) == 0 }) {
+		t.Fatalf("the group's member outlived its SIGKILL: %v", Host().Groups(leader))
+	}
 }

@@ -7,8 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -108,13 +108,13 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 				in.add(buf[:n])
 			case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN):
 			default: // the input ended: the daemon holds the only writer
-				killed := f.kill()
+				killed, groups := f.kill()
 				if len(killed) > 0 {
 					f.logf("the daemon ended and left %d app-server groups: killed", len(killed))
 				}
 				_, lease = in.latest(deadline, lease)
 				if lease != 0 && lv.endpoints != "" && !in.stopping {
-					f.leave(lv, lease, killed, *poll)
+					f.leave(lv, lease, groups, *poll)
 				}
 				return nil
 			}
@@ -125,7 +125,7 @@ func fenceCmd(ctx context.Context, args []string, stdin io.Reader, stderr io.Wri
 		f.scan()
 		deadline, lease = in.latest(deadline, lease)
 		if now := cluster.BootNow(); !deadline.IsZero() && !now.Before(deadline) && !inputPending(pipe) {
-			if killed := f.kill(); len(killed) > 0 {
+			if killed, _ := f.kill(); len(killed) > 0 {
 				f.logf("the daemon did not renew its lease in time (fence time passed %v ago): killed %d app-server groups", now.Sub(deadline).Round(time.Millisecond), len(killed))
 			}
 			f.killStopped()
@@ -223,17 +223,38 @@ type fence struct {
 
 // scan remembers the daemon's children that lead a process group of
 // their own (the app-servers; under isolation, their bubblewrap), so that
-// they can be found after the daemon died and they were re-parented.
+// they can be found after the daemon died and they were re-parented. A
+// group is forgotten once nothing of it lives (see groupLives). Children
+// are found by the daemon's pid, so they are trusted only when the daemon
+// is the same process before and after the look: a pid reused after the
+// daemon died (the helper stopped or starved meanwhile) names a
+// stranger, whose children are not the daemon's.
 func (f *fence) scan() {
 	host := procs.Host()
+	var dead []int
 	for pid, id := range f.known {
 		if !host.IsSame(id) {
-			delete(f.known, pid)
+			dead = append(dead, pid)
 		}
 	}
-	for _, id := range host.Scan(func(p procs.Proc) bool {
+	if len(dead) > 0 {
+		members := host.Groups(dead...)
+		for _, pid := range dead {
+			if !groupLives(host, f.known[pid], members) {
+				delete(f.known, pid)
+			}
+		}
+	}
+	if !host.IsSame(f.daemonSelf) {
+		return // exited (a zombie has no children left) or a reused pid
+	}
+	found := host.Scan(func(p procs.Proc) bool {
 		return p.PPID == f.daemon && p.PGRP == p.PID && p.PID != f.self && p.Alive()
-	}) {
+	})
+	if !host.IsSame(f.daemonSelf) {
+		return // it was alive when the look began, maybe not throughout
+	}
+	for _, id := range found {
 		if _, ok := f.known[id.PID]; !ok && fenceSaw != nil {
 			fenceSaw(id.PID)
 		}
@@ -241,27 +262,58 @@ func (f *fence) scan() {
 	}
 }
 
+// groupLives reports whether the app-server group led by id is still
+// there to kill: its leader runs, or the leader is dead (a zombie with
+// its start time, or gone) and live members remain, which members lists
+// (see procs.FS.Groups). The kernel does not reuse a process group's id
+// while the group has a member, so while one lives the group is the
+// app-server's; a leader's pid held by another process means the group
+// emptied and the pid was reused: a stranger's.
+func groupLives(host procs.FS, id procs.ID, members map[int][]procs.ID) bool {
+	if host.IsSame(id) {
+		return true
+	}
+	st, err := host.Stat(id.PID)
+	switch {
+	case err == nil && st.Start != id.Start:
+		return false // the pid reused: its group emptied first
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return false // unreadable: left alone (leave still waits for its members)
+	}
+	for _, m := range members[id.PID] {
+		if m.Start >= id.Start { // started after the leader, as its group's members did
+			return true
+		}
+	}
+	return false
+}
+
 // fenceSaw, when set (by a test, before the fence starts), hears each
 // app-server group the fence learns of.
 var fenceSaw func(pid int)
 
-// kill SIGKILLs every known app-server group still running and returns
-// the groups it signalled.
-func (f *fence) kill() []int {
+// kill SIGKILLs every known app-server group that still has a live
+// process, its leader dead or not: a leader killed by its Pdeathsig as
+// the daemon died leaves the rest of its group (a tool command) running.
+// It returns the groups it signalled and every group it knew, which
+// leave waits on.
+func (f *fence) kill() (killed, known []int) {
 	f.scan()
 	host := procs.Host()
-	var groups []int
+	for pid := range f.known {
+		known = append(known, pid)
+	}
+	members := host.Groups(known...)
 	for pid, id := range f.known {
-		if !host.IsSame(id) {
-			delete(f.known, pid)
+		delete(f.known, pid)
+		if !groupLives(host, id, members) {
 			continue
 		}
 		if err := syscall.Kill(-pid, syscall.SIGKILL); err == nil || !errors.Is(err, syscall.ESRCH) {
-			groups = append(groups, pid)
+			killed = append(killed, pid)
 		}
-		delete(f.known, pid)
 	}
-	return groups
+	return killed, known
 }
 
 // fenceLeave is how the helper reaches etcd to leave for a dead daemon.
@@ -273,7 +325,7 @@ type fenceLeave struct {
 }
 
 // leaveWait bounds each wait of leave: for the daemon's exit to complete,
-// for the killed groups to die. Past it the helper does not revoke, and
+// for its app-server groups to die. Past it the helper does not revoke, and
 // the lease expires as it would have.
 const leaveWait = 2 * time.Second
 
@@ -282,16 +334,18 @@ const leaveWait = 2 * time.Second
 // users over now rather than when the lease expires (a TTL after its
 // last renewal). Nothing can act when the daemon has exited (a zombie or
 // gone: its exit has sent each app-server its Pdeathsig, SIGKILL) and no
-// process of a group the helper killed is alive. A daemon that closed
+// process of an app-server group the helper knew is alive, signalled or
+// not (a group whose leader its Pdeathsig killed first, and another
+// process of which kill found and signalled). A daemon that closed
 // the input and lives on is stopping: it leaves by itself (its own
 // revocation, or its lease's expiry), and the helper does nothing.
-func (f *fence) leave(lv fenceLeave, lease clientv3.LeaseID, killed []int, poll time.Duration) {
+func (f *fence) leave(lv fenceLeave, lease clientv3.LeaseID, groups []int, poll time.Duration) {
 	host := procs.Host()
 	if !procs.Poll(leaveWait, poll, func() bool { return !host.IsSame(f.daemonSelf) }) {
 		return // stopping on its own
 	}
-	if !procs.Poll(leaveWait, poll, func() bool { return liveInGroups(killed) == 0 }) {
-		f.logf("the daemon died and %d processes of its app-server groups outlived their SIGKILL for %v: its lease is left to expire", liveInGroups(killed), leaveWait)
+	if !procs.Poll(leaveWait, poll, func() bool { return liveInGroups(groups) == 0 }) {
+		f.logf("the daemon died and %d processes of its app-server groups are alive %v after its exit: its lease is left to expire", liveInGroups(groups), leaveWait)
 		return
 	}
 	clients, err := cluster.EndpointClients(lv.endpoints, "", lv.tls)
@@ -313,10 +367,11 @@ func (f *fence) leave(lv fenceLeave, lease clientv3.LeaseID, killed []int, poll 
 
 // liveInGroups counts the live processes of the process groups groups.
 func liveInGroups(groups []int) int {
-	if len(groups) == 0 {
-		return 0
+	n := 0
+	for _, ids := range procs.Host().Groups(groups...) {
+		n += len(ids)
 	}
-	return len(procs.Host().Scan(func(p procs.Proc) bool { return p.Alive() && slices.Contains(groups, p.PGRP) }))
+	return n
 }
 
 // killStopped SIGKILLs the daemon when it is stopped (state T, or t

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/meshweaver/supervisor/cluster"
+	"github.com/meshweaver/supervisor/procs"
 	"github.com/meshweaver/supervisor/testkit/etcdtest"
 	"github.com/meshweaver/supervisor/testkit/proctest"
 	"github.com/meshweaver/supervisor/testkit/syncbuf"
@@ -51,7 +52,10 @@ func fakeDaemonScript(t *testing.T, script string) (*exec.Cmd, int) {
 	if err != nil {
 		t.Fatalf("the shell said %q", line)
 	}
-	t.Cleanup(func() { proctest.WaitGone(t, 0, 0, func(p proctest.Proc) bool { return p.PID == pid }) })
+	// A process SIGKILLed just now may not have exited yet: poll.
+	t.Cleanup(func() {
+		proctest.WaitGone(t, 5*time.Second, 10*time.Millisecond, func(p proctest.Proc) bool { return p.PID == pid })
+	})
 	return sh, pid
 }
 
@@ -392,6 +396,107 @@ func TestFenceLeavesForADeadDaemon(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "revoked its lease") {
 		t.Errorf("the fence's log does not say it left:\n%s", log.String())
+	}
+}
+
+// TestFenceKillsALeaderlessGroup: as the daemon dies, its exit sends each
+// app-server its Pdeathsig, which may kill it just before the helper
+// sees the end of its input, while a process it started (a tool
+// command) lives on in its group. The helper kills that group all the
+// same, and revokes the lease only once that process is dead.
+func TestFenceKillsALeaderlessGroup(t *testing.T) {
+	sh, app, feed, log, done, watch, _ := fenceOnEtcd(t, "setsid sh -c 'sleep 60 & wait' & echo $!; wait")
+	var tool proctest.Proc
+	if !proctest.Poll(10*time.Second, 10*time.Millisecond, func() bool {
+		m := proctest.List(func(p proctest.Proc) bool { return p.PGID == app && p.PID != app && p.Comm == "sleep" })
+		if len(m) == 1 {
+			tool = m[0]
+		}
+		return len(m) == 1
+	}) {
+		t.Fatalf("the app-server's tool command never started: %s", proctest.Describe(app))
+	}
+	t.Cleanup(func() {
+		if tool.Running() {
+			_ = syscall.Kill(tool.PID, syscall.SIGKILL)
+		}
+		proctest.WaitGone(t, 5*time.Second, 10*time.Millisecond, func(p proctest.Proc) bool { return p.PID == tool.PID && p.Start == tool.Start })
+	})
+	// The app-server's Pdeathsig first, then the daemon's death.
+	if err := syscall.Kill(app, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = sh.Process.Kill()
+	_ = sh.Wait()
+	feed.Close()
+	select {
+	case resp := <-watch:
+		if len(resp.Events) == 0 || resp.Events[0].Type != clientv3.EventTypeDelete {
+			t.Fatalf("the owner key's watch: %+v", resp)
+		}
+		if tool.Running() {
+			t.Fatalf("the lease was revoked while a process of a dead app-server's group was alive:\n%s", log.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the dead daemon's lease was not revoked:\n%s", log.String())
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "left 1 app-server groups: killed") {
+		t.Errorf("the fence's log does not say it killed the group:\n%s", log.String())
+	}
+}
+
+// TestFenceScanTrustsOnlyTheDaemon: the helper finds the app-servers as
+// children of the daemon's pid, which names the daemon only while it has
+// the daemon's start time: a pid reused (the daemon died while the helper
+// was stopped) teaches the scan nothing. And a group is killed without
+// its leader only while the leader's pid is not another process's.
+func TestFenceScanTrustsOnlyTheDaemon(t *testing.T) {
+	sh, app := fakeDaemon(t)
+	host := procs.Host()
+	st, err := host.Stat(sh.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log syncbuf.Buffer
+	f := &fence{daemon: sh.Process.Pid, daemonSelf: procs.ID{PID: sh.Process.Pid, Start: st.Start + 1}, self: os.Getpid(), out: &log, known: map[int]procs.ID{}}
+	// The app-server leads its group once setsid ran: poll with the true
+	// daemon first, then look with the false one.
+	same := f.daemonSelf
+	same.Start = st.Start
+	other := f.daemonSelf
+	f.daemonSelf = same
+	if !proctest.Poll(10*time.Second, 10*time.Millisecond, func() bool { f.scan(); return len(f.known) == 1 }) {
+		t.Fatalf("the daemon's app-server %d was not found: %v", app, f.known)
+	}
+	appID := f.known[app]
+	clear(f.known)
+	f.daemonSelf = other
+	f.scan()
+	if len(f.known) != 0 {
+		t.Fatalf("a scan under a reused daemon pid learnt %v", f.known)
+	}
+	if killed, known := f.kill(); len(killed)+len(known) != 0 || !proctest.Alive(app) {
+		t.Fatalf("kill under a reused daemon pid: killed %v of %v", killed, known)
+	}
+	// The app-server's pid with another start time is a stranger's, even
+	// with live processes in its group.
+	members := host.Groups(app)
+	if len(members[app]) == 0 || !groupLives(host, appID, members) {
+		t.Fatalf("the live app-server's group: %v", members)
+	}
+	if groupLives(host, procs.ID{PID: app, Start: appID.Start - 1}, members) {
+		t.Fatal("a group whose leader's pid is another process's taken for the app-server's")
+	}
+	f.daemonSelf = same
+	f.scan()
+	if killed, _ := f.kill(); len(killed) != 1 || killed[0] != app {
+		t.Fatalf("kill = %v, want the app-server %d", killed, app)
+	}
+	if !proctest.Poll(10*time.Second, 10*time.Millisecond, func() bool { return !proctest.Alive(app) }) {
+		t.Fatal("the app-server outlived its kill")
 	}
 }
 
