@@ -18,8 +18,15 @@ import (
 // Fence tells the root that this cluster member lost, or may be about to
 // lose, its lease: every user actor is stopped at once (their app-servers
 // with them), and messages for those users are placed again. The daemon
-// sends it from the cluster node's OnFence. It never crosses the remote.
-type Fence struct{}
+// sends it from the cluster node's OnFence. It never crosses the remote
+// (Done could not).
+type Fence struct {
+	// Done, when not nil, is closed once every user actor that was live at
+	// the fence (stopping already or not) has stopped, its app-server
+	// with it: at once when there was none, at the latest when the root
+	// stops. The daemon waits for it before its node may revoke the lease.
+	Done chan struct{}
+}
 
 // relayKind is the kind of the relay actors under the root; their ids
 // ("h<hops>-<n>") tell the member a message is forwarded to how many hops
@@ -469,10 +476,18 @@ func (r *rootActor) failPending(c *actor.Context, pending []pendingMsg, why stri
 }
 
 // fence stops every user actor at once: the member may lose its lease,
-// and another member may own these users a moment later.
-func (r *rootActor) fence(c *actor.Context) {
+// and another member may own these users a moment later. m.Done is
+// closed once all of them (and any stopping already) are gone.
+func (r *rootActor) fence(c *actor.Context, m Fence) {
 	n := 0
-	for _, u := range r.users {
+	var wait map[string]*actor.PID
+	if m.Done != nil {
+		wait = make(map[string]*actor.PID, len(r.users))
+	}
+	for id, u := range r.users {
+		if wait != nil {
+			wait[id] = u.pid
+		}
 		if !u.stopping {
 			u.stopping = true
 			u.fenced.Store(true) // before the stop: its round logs read it
@@ -481,4 +496,45 @@ func (r *rootActor) fence(c *actor.Context) {
 		}
 	}
 	r.log.Warn("fenced: stopping every user's actors and app-server", "users", n)
+	if m.Done == nil {
+		return
+	}
+	if len(wait) == 0 {
+		close(m.Done)
+		return
+	}
+	r.fences = append(r.fences, pendingFence{done: m.Done, users: wait})
+}
+
+// pendingFence is a fence whose Done waits for user actors to stop.
+type pendingFence struct {
+	done  chan struct{}
+	users map[string]*actor.PID // the user actors still to go
+}
+
+// fenceGone counts a stopped user actor off the pending fences, and
+// closes the Done of each that has none left.
+func (r *rootActor) fenceGone(user string, pid *actor.PID) {
+	left := r.fences[:0]
+	for _, f := range r.fences {
+		if p, ok := f.users[user]; ok && p.Equals(pid) {
+			delete(f.users, user)
+		}
+		if len(f.users) == 0 {
+			close(f.done)
+			continue
+		}
+		left = append(left, f)
+	}
+	clear(r.fences[len(left):])
+	r.fences = left
+}
+
+// endFences closes every pending fence's Done: the root stopped, and
+// its children (every user actor) with it.
+func (r *rootActor) endFences() {
+	for _, f := range r.fences {
+		close(f.done)
+	}
+	r.fences = nil
 }

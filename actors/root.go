@@ -37,6 +37,8 @@ type rootActor struct {
 	// the messages that wait for the answer, in order.
 	placing map[string][]placeReq
 	lookups sync.WaitGroup // the goroutines looking owners up
+	// fences: the fences whose Done waits for user actors to stop.
+	fences []pendingFence
 }
 
 // userEntry is one live user actor as the root sees it.
@@ -94,6 +96,7 @@ func (r *rootActor) Receive(c *actor.Context) {
 		return
 	case actor.Stopped:
 		r.stopPlacing(c)
+		r.endFences()
 		return
 	case placed:
 		r.placed(c, m)
@@ -112,7 +115,7 @@ func (r *rootActor) Receive(c *actor.Context) {
 		r.gone(c, m)
 		return
 	case Fence:
-		r.fence(c)
+		r.fence(c, m)
 		return
 	}
 	msg, err := messages.Unwrap(c.Message())
@@ -451,6 +454,7 @@ func (r *rootActor) gone(c *actor.Context, m userGone) {
 		return
 	}
 	delete(r.users, m.user)
+	r.fenceGone(m.user, m.pid)
 	if len(u.pending) == 0 {
 		r.unclaim(m.user)
 		return

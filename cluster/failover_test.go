@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -256,4 +257,141 @@ func (s *lateStream) RecvMsg(m any) error {
 		s.after()
 	}
 	return err
+}
+
+// TestDeadlineToldBeforeLateness: a renewal tells the fence helper its
+// new fence time before it judges whether it came back late. Here the
+// member is descheduled right after telling it (the fake clock jumps past
+// the old fence time inside OnDeadline): judged after the line, the
+// renewal is late, and the member fences and says so. Judged before it,
+// the member would serve on while its helper, which heard of no newer
+// fence time in time, had killed the app-servers.
+func TestDeadlineToldBeforeLateness(t *testing.T) {
+	te := startEtcd(t)
+	var (
+		skew   atomic.Int64 // how far the fake clock is ahead of the boot clock
+		armed  atomic.Bool
+		mu     sync.Mutex
+		told   time.Time            // the last fence time OnDeadline heard
+		jumped = make(chan bool, 1) // whether the new fence time was ahead after the jump
+	)
+	now := func() time.Time { return BootNow().Add(time.Duration(skew.Load())) }
+	onDeadline := func(at time.Time, _ clientv3.LeaseID) {
+		mu.Lock()
+		prev := told
+		told = at
+		mu.Unlock()
+		if armed.CompareAndSwap(true, false) {
+			// Past the old fence time by 100ms; the new one (its send
+			// time plus 2s) is still ahead, so only the lateness can fence.
+			skew.Add(int64(prev.Sub(now()) + 100*time.Millisecond))
+			jumped <- now().Before(at)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := Join(ctx, Config{Client: te.client, Cluster: "t", Member: "a", Addr: "addr-a",
+		TTL: 3 * time.Second, Margin: time.Second, Now: now, OnDeadline: onDeadline, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	ev := n.Events()
+	if local, _, err := n.Owner("alice", 1); !local || err != nil {
+		t.Fatalf("claim: local=%v err=%v", local, err)
+	}
+	armed.Store(true)
+	select {
+	case ahead := <-jumped:
+		if !ahead {
+			t.Fatal("the new fence time told is not ahead of the clock")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no renewal within 10s")
+	}
+	waitEvent(t, ev, "renewed-late", "a", 2*3*time.Second)
+	waitEvent(t, ev, "fenced", "a", time.Second)
+}
+
+// TestFencedLeaseKeptUntilOnFenceReturns: a fenced member revokes its old
+// lease (so that other members may claim its users) only once OnFence
+// returned, that is once the daemon's app-servers are stopped: OnFence
+// blocks here until the test releases it, and the lease (and the users'
+// keys on it) outlive several renewal periods meanwhile. Released, the
+// member revokes it, before it could have expired, and rejoins.
+func TestFencedLeaseKeptUntilOnFenceReturns(t *testing.T) {
+	te := startEtcd(t)
+	ttl, margin := 6*time.Second, 3*time.Second
+	var suspended atomic.Int64 // how long the fake machine slept
+	now := func() time.Time { return BootNow().Add(time.Duration(suspended.Load())) }
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := Join(ctx, Config{Client: te.client, Cluster: "t", Member: "a", Addr: "addr-a",
+		TTL: ttl, Margin: margin, Now: now, Logger: slog.New(slog.DiscardHandler),
+		OnFence: func() {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-release // the daemon's app-servers stopping
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	t.Cleanup(unblock) // runs first: Close waits for OnFence
+	ev := n.Events()
+	if local, _, err := n.Owner("alice", 1); !local || err != nil {
+		t.Fatalf("claim: local=%v err=%v", local, err)
+	}
+	n.mu.Lock()
+	lease, every := n.lease, n.every
+	n.mu.Unlock()
+	// The lease's last renewal, on the boot clock: etcd counts its TTL
+	// from later than this.
+	renewed := n.FenceAt().Add(-(ttl - margin))
+	alive := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := te.client.TimeToLive(ctx, lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.TTL > 0
+	}
+
+	suspended.Store(int64(time.Minute)) // the next renewal finds its fence time passed
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not fenced within 10s")
+	}
+	// Three renewal periods with OnFence blocked: a renewal goroutine
+	// that went on would have revoked the lease in the first.
+	window := time.After(3 * every)
+wait:
+	for {
+		select {
+		case e := <-ev:
+			if e.Kind == "joined" {
+				t.Fatal("rejoined (so revoked the old lease) while OnFence had not returned")
+			}
+		case <-window:
+			break wait
+		}
+	}
+	if !alive() {
+		t.Fatal("the old lease is gone while OnFence had not returned")
+	}
+	unblock()
+	waitEvent(t, ev, "joined", "a", 10*time.Second)
+	if alive() {
+		t.Fatal("the old lease still exists after the rejoin")
+	}
+	if took := BootNow().Sub(renewed); took >= ttl {
+		t.Fatalf("the check came %v after the last renewal, past the TTL %v: revoked or expired cannot be told apart", took, ttl)
+	}
 }

@@ -60,9 +60,12 @@ type Config struct {
 	// Now is the clock of the fencing arithmetic (default [BootNow], which
 	// counts a suspension; tests give a clock they move).
 	Now func() time.Time
-	// OnFence is called, on the node's goroutine, when the member must stop
-	// every app-server now: its lease may lapse (etcd unreachable, quorum
-	// lost) or has lapsed. It must not block long.
+	// OnFence is called, on the node's renewal goroutine, when the member
+	// must stop every app-server now: its lease may lapse (etcd
+	// unreachable, quorum lost) or has lapsed. It may block until they
+	// are stopped (bounded: Close waits for it too): the node renews and
+	// revokes nothing meanwhile, and revokes the fenced lease, freeing
+	// its users for other members, only after it returned.
 	OnFence func()
 	// OnDeadline is called after every renewal with the new fence time, on
 	// the Now clock, and the lease it belongs to, for the out-of-process
@@ -267,9 +270,11 @@ func (n *Node) renew(ctx context.Context) {
 	lease, fenceAt, fenced := n.lease, n.deadline.FenceAt(), n.fenced
 	n.mu.Unlock()
 	if fenced {
-		// The lease is as good as gone: start a new life. The app-servers
-		// are stopped, so the old lease (if etcd still has it) is revoked
-		// first: its users are free at once, for this member or another.
+		// The lease is as good as gone: start a new life. OnFence, which
+		// returned before this goroutine came here, saw the app-servers
+		// stopped (or had the fence helper kill them), so the old lease
+		// (if etcd still has it) is revoked first: its users are free at
+		// once, for this member or another.
 		_, _ = try(n, ctx, n.now().Add(n.attempt), n.attempt, 0, func(ctx context.Context, c *clientv3.Client) (*clientv3.LeaseRevokeResponse, error) {
 			return c.Revoke(ctx, lease)
 		}, func(error) bool { return true })
@@ -291,25 +296,35 @@ func (n *Node) renew(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	if err == nil && !n.now().Before(fenceAt) {
-		// etcd answered in time, but this member learnt of it only past
-		// the fence time (its goroutine not run for a while, a loaded
-		// machine): the fence helper, which heard of no newer fence time,
-		// kills the app-servers at that instant. Fence here as well, so
-		// that the daemon does not go on serving (and restarting) what its
-		// helper kills, unlogged and uncounted.
-		n.log.Error("the etcd keepalive came back only after the fence time: stopping every app-server (the fence helper kills them at that time)",
-			"late", n.now().Sub(fenceAt).Round(time.Millisecond), "attempts", tries.Load())
-		n.emit("renewed-late", n.cfg.Member)
-		n.fence()
-		return
-	}
 	switch {
 	case err == nil:
 		n.mu.Lock()
 		n.deadline.Renewed(sent)
 		at := n.deadline.FenceAt()
 		n.mu.Unlock()
+		// The fence helper hears of the new fence time first, and only
+		// then is the lateness judged: were the member descheduled (or
+		// stopped) between a judgement and the helper's line, the helper
+		// would kill the app-servers at the old fence time while the
+		// member, judged on time, never fenced (a kill unlogged and
+		// uncounted).
+		if n.cfg.OnDeadline != nil {
+			n.cfg.OnDeadline(at, lease)
+		}
+		if late := n.now().Sub(fenceAt); late >= 0 {
+			// etcd answered in time, but this member learnt of it (or told
+			// its helper) only past the old fence time (its goroutine not
+			// run for a while, a loaded machine): the fence helper, which
+			// heard of no newer fence time then, may have killed the
+			// app-servers at that instant. Fence here as well, so that the
+			// daemon does not go on serving (and restarting) what its
+			// helper killed, unlogged and uncounted.
+			n.log.Error("the etcd keepalive came back (or the fence helper was told of it) only after the fence time: stopping every app-server (the fence helper may have killed them at that time)",
+				"late", late.Round(time.Millisecond), "attempts", tries.Load())
+			n.emit("renewed-late", n.cfg.Member)
+			n.fence()
+			return
+		}
 		if k := tries.Load(); k > 1 {
 			n.log.Warn("renewed the member's etcd lease after more than one attempt (an endpoint down, or an etcd election)", "attempts", k, "took", n.now().Sub(start).Round(time.Millisecond))
 			n.emit("renew-retried", n.cfg.Member)
@@ -321,9 +336,6 @@ func (n *Node) renew(ctx context.Context) {
 				n.rewatch()
 			}
 			n.mu.Unlock()
-		}
-		if n.cfg.OnDeadline != nil {
-			n.cfg.OnDeadline(at, lease)
 		}
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		n.log.Error("the member's etcd lease expired: stopping every app-server", "err", err)
@@ -418,6 +430,9 @@ func try[T any](n *Node, ctx context.Context, until time.Time, attempt, stagger 
 }
 
 // fence drops every ownership and has the daemon stop its app-servers.
+// It runs on the renewal goroutine and calls OnFence there, unlocked and
+// not in a goroutine of its own: the next renew, which revokes the old
+// lease, cannot start before OnFence returned.
 func (n *Node) fence() {
 	n.mu.Lock()
 	n.fenced = true

@@ -175,6 +175,7 @@ type clusterRuntime struct {
 	etcd           *embed.Etcd
 	fence          *fenceHelper
 	root           atomic.Pointer[fenceTarget]
+	lease          atomic.Int64 // the lease of the last fence time told (OnDeadline)
 	log            *slog.Logger
 }
 
@@ -245,13 +246,9 @@ func startCluster(ctx context.Context, o *clusterOptions, tlsFiles cluster.TLSFi
 	rt.node, err = cluster.Join(jctx, cluster.Config{
 		Client: c, Endpoints: rt.endpoints, Cluster: o.name, Member: o.member, Addr: addr,
 		TTL: o.leaseTTL, Margin: o.fenceMargin, Logger: log,
-		OnFence: func() {
-			rt.fences.Inc()
-			if t := rt.root.Load(); t != nil {
-				t.engine.Send(t.root, actors.Fence{})
-			}
-		},
+		OnFence: func() { rt.onFence(o.fenceMargin) },
 		OnDeadline: func(at time.Time, lease clientv3.LeaseID) {
+			rt.lease.Store(int64(lease))
 			if rt.fence != nil {
 				rt.fence.deadline(at, lease)
 			}
@@ -262,6 +259,41 @@ func startCluster(ctx context.Context, o *clusterOptions, tlsFiles cluster.TLSFi
 	}
 	ok = true
 	return rt, nil
+}
+
+// onFence is the node's OnFence: it stops every user actor, their
+// app-servers with them, and waits until they are stopped, for the node
+// revokes the fenced lease (and other members claim its users) only once
+// this returns. A stop that outlasts bound (the fence margin) has the
+// fence helper kill what is left, at its next tick, and is waited for
+// another bound at most.
+func (rt *clusterRuntime) onFence(bound time.Duration) {
+	rt.fences.Inc()
+	t := rt.root.Load()
+	if t == nil {
+		return
+	}
+	done := make(chan struct{})
+	t.engine.Send(t.root, actors.Fence{Done: done})
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+	}
+	if rt.fence != nil {
+		rt.log.Error("the app-servers did not stop within the fence margin after the fence: the fence helper kills them now", "fence_margin", bound)
+		rt.fence.deadline(cluster.BootNow(), clientv3.LeaseID(rt.lease.Load()))
+	} else {
+		rt.log.Error("the app-servers did not stop within the fence margin after the fence, and no fence helper runs (--fence-helper=false): waiting for them one more margin", "fence_margin", bound)
+	}
+	timer.Reset(bound)
+	select {
+	case <-done:
+	case <-timer.C:
+		rt.log.Error("the app-servers are still not all stopped two fence margins after the fence: the member revokes its old lease and rejoins anyway", "fence_margin", bound)
+	}
 }
 
 // serving points the node's fence at the daemon's root (nil: at nothing,
