@@ -13,24 +13,7 @@ import (
 // A helper the child started in a session of its own is found among its
 // descendants and ended by KillIfSame.
 func TestDescendantsOutsideTheGroup(t *testing.T) {
-	cmd := exec.Command("sh", "-c", "setsid sleep 60 & echo $!; wait")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 32)
-	n, err := out.Read(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stray, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
-	if err != nil {
-		t.Fatalf("reading the stray pid: %v", err)
-	}
+	cmd, stray := startGroupLeader(t, "setsid sleep 60 & echo $!; wait")
 	found := Host().Descendants(cmd.Process.Pid)
 	var target []ID
 	for _, p := range found {
@@ -62,25 +45,8 @@ func TestDescendantsOutsideTheGroup(t *testing.T) {
 // A process group outlives its leader while a member lives: Groups finds
 // the member, and a group signal still reaches it.
 func TestGroupsAfterTheLeader(t *testing.T) {
-	cmd := exec.Command("sh", "-c", "sleep 60 & echo $!; wait")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, member := startGroupLeader(t, "sleep 60 & echo $!; wait")
 	leader := cmd.Process.Pid
-	buf := make([]byte, 32)
-	n, err := out.Read(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	member, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
-	if err != nil {
-		t.Fatalf("reading the member's pid: %v", err)
-	}
 	st, err := Host().Stat(member)
 	if err != nil {
 		t.Fatal(err)
@@ -101,4 +67,30 @@ func TestGroupsAfterTheLeader(t *testing.T) {
 	if !Poll(5*time.Second, 10*time.Millisecond, func() bool { return len(Host().Groups(leader)) == 0 }) {
 		t.Fatalf("the group's member outlived its SIGKILL: %v", Host().Groups(leader))
 	}
+}
+
+// startGroupLeader runs script in a shell leading a process group of its
+// own; script starts a process and prints its pid first, which this
+// returns.
+func startGroupLeader(t *testing.T, script string) (*exec.Cmd, int) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 32)
+	n, err := out.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	if err != nil {
+		t.Fatalf("reading the started process's pid: %v", err)
+	}
+	return cmd, pid
 }

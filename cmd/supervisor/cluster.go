@@ -95,20 +95,11 @@ func (o *clusterOptions) validate(node tlsOptions, allowPlaintext bool) error {
 	}
 	tlsOn := o.etcdFiles(node).Enabled()
 	for _, u := range strings.Split(o.endpoints, ",") {
-		if u == "" {
-			continue
-		}
 		// The etcd client takes TLS or not for every endpoint from the
 		// first one's scheme: an http one among https would send the
 		// ownership traffic in the clear.
-		p, err := url.Parse(u)
-		switch {
-		case err != nil || p.Host == "":
-			errs = append(errs, fmt.Errorf("--etcd-endpoints: %q is not a URL", u))
-		case tlsOn && p.Scheme != "https":
-			errs = append(errs, fmt.Errorf("--etcd-endpoints: %q: with --etcd-tls-cert or --tls-cert the member speaks mutual TLS to etcd, so https", u))
-		case !tlsOn && p.Scheme != "http":
-			errs = append(errs, fmt.Errorf("--etcd-endpoints: %q: without TLS, http", u))
+		if err := etcdURL(u, tlsOn); u != "" && err != nil {
+			errs = append(errs, fmt.Errorf("--etcd-endpoints: %w", err))
 		}
 	}
 	if !clusterID.MatchString(o.name) {
@@ -122,17 +113,8 @@ func (o *clusterOptions) validate(node tlsOptions, allowPlaintext bool) error {
 			errs = append(errs, errors.New("--etcd-name needs --etcd-dir, --etcd-peer-listen, --etcd-client-listen and --etcd-initial-cluster"))
 		}
 		for _, u := range []string{o.etcdPeer, o.etcdClient} {
-			if u == "" {
-				continue
-			}
-			p, err := url.Parse(u)
-			switch {
-			case err != nil || p.Host == "":
-				errs = append(errs, fmt.Errorf("etcd URL %q is not a URL", u))
-			case tlsOn && p.Scheme != "https":
-				errs = append(errs, fmt.Errorf("etcd URL %q: with --tls-cert or --etcd-tls-cert etcd speaks mutual TLS, so https", u))
-			case !tlsOn && p.Scheme != "http":
-				errs = append(errs, fmt.Errorf("etcd URL %q: without TLS, http", u))
+			if err := etcdURL(u, tlsOn); u != "" && err != nil {
+				errs = append(errs, err)
 			}
 		}
 		if !tlsOn && !allowPlaintext {
@@ -350,6 +332,21 @@ func fenceHelperArgs(o *clusterOptions, endpoints string, tlsFiles cluster.TLSFi
 		args = append(args, "--kill-stopped-daemon")
 	}
 	return args
+}
+
+// etcdURL checks an etcd URL's scheme: https under etcd's mutual TLS,
+// http without it.
+func etcdURL(u string, tlsOn bool) error {
+	p, err := url.Parse(u)
+	switch {
+	case err != nil || p.Host == "":
+		return fmt.Errorf("etcd URL %q is not a URL", u)
+	case tlsOn && p.Scheme != "https":
+		return fmt.Errorf("etcd URL %q: with --etcd-tls-cert or --tls-cert etcd speaks mutual TLS, so https", u)
+	case !tlsOn && p.Scheme != "http":
+		return fmt.Errorf("etcd URL %q: without TLS, http", u)
+	}
+	return nil
 }
 
 // etcdFiles are the mutual-TLS files of the member's etcd traffic:

@@ -235,8 +235,8 @@ func TestEtcdTLSSettings(t *testing.T) {
 			[]string{"is not a server certificate of etcd's CA for 127.0.0.1"}},
 		// The etcd client takes TLS from the first endpoint's scheme.
 		{[]string{"--cluster", "prod", "--member", "n1", "--etcd-tls-cert", etcdCert, "--etcd-tls-key", etcdKey, "--etcd-tls-ca", members.pem,
-			"--etcd-endpoints", "http://10.0.0.1:2379,https://10.0.0.2:2379"}, []string{`--etcd-endpoints: "http://10.0.0.1:2379"`, "so https"}},
-		{[]string{"--cluster", "prod", "--member", "n1", "--etcd-endpoints", "https://10.0.0.1:2379"}, []string{`--etcd-endpoints: "https://10.0.0.1:2379": without TLS, http`}},
+			"--etcd-endpoints", "http://10.0.0.1:2379,https://10.0.0.2:2379"}, []string{`--etcd-endpoints: etcd URL "http://10.0.0.1:2379"`, "so https"}},
+		{[]string{"--cluster", "prod", "--member", "n1", "--etcd-endpoints", "https://10.0.0.1:2379"}, []string{`--etcd-endpoints: etcd URL "https://10.0.0.1:2379": without TLS, http`}},
 	} {
 		settingsRefused(t, append(append([]string{}, base...), tc.args...), tc.want)
 	}

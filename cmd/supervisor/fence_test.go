@@ -380,13 +380,21 @@ func TestFenceLeavesForADeadDaemon(t *testing.T) {
 	_ = sh.Process.Kill()
 	_ = sh.Wait()
 	feed.Close()
+	awaitRevoked(t, watch, done, log, "the dead daemon's app-server", func() bool { return proctest.Alive(app) }, "revoked its lease")
+}
+
+// awaitRevoked waits for the helper to revoke the dead daemon's lease
+// (the owner key's delete on watch) and to exit; what (alive) must be
+// dead by the revocation, and the helper's log must say said.
+func awaitRevoked(t *testing.T, watch clientv3.WatchChan, done chan error, log *syncbuf.Buffer, what string, alive func() bool, said string) {
+	t.Helper()
 	select {
 	case resp := <-watch:
 		if len(resp.Events) == 0 || resp.Events[0].Type != clientv3.EventTypeDelete {
 			t.Fatalf("the owner key's watch: %+v", resp)
 		}
-		if proctest.Alive(app) {
-			t.Fatal("the lease was revoked while the dead daemon's app-server was alive")
+		if alive() {
+			t.Fatalf("the lease was revoked while %s was alive:\n%s", what, log.String())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the dead daemon's lease was not revoked:\n%s", log.String())
@@ -394,8 +402,8 @@ func TestFenceLeavesForADeadDaemon(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(log.String(), "revoked its lease") {
-		t.Errorf("the fence's log does not say it left:\n%s", log.String())
+	if !strings.Contains(log.String(), said) {
+		t.Errorf("the fence's log does not say %q:\n%s", said, log.String())
 	}
 }
 
@@ -429,23 +437,7 @@ func TestFenceKillsALeaderlessGroup(t *testing.T) {
 	_ = sh.Process.Kill()
 	_ = sh.Wait()
 	feed.Close()
-	select {
-	case resp := <-watch:
-		if len(resp.Events) == 0 || resp.Events[0].Type != clientv3.EventTypeDelete {
-			t.Fatalf("the owner key's watch: %+v", resp)
-		}
-		if tool.Running() {
-			t.Fatalf("the lease was revoked while a process of a dead app-server's group was alive:\n%s", log.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the dead daemon's lease was not revoked:\n%s", log.String())
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(log.String(), "left 1 app-server groups: killed") {
-		t.Errorf("the fence's log does not say it killed the group:\n%s", log.String())
-	}
+	awaitRevoked(t, watch, done, log, "a process of a dead app-server's group", tool.Running, "left 1 app-server groups: killed")
 }
 
 // TestFenceScanTrustsOnlyTheDaemon: the helper finds the app-servers as
