@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +34,13 @@ type Options struct {
 	MaxBodyBytes int64
 	// Logf, if set, receives one line per request and per problem.
 	Logf func(format string, args ...any)
+	// KeepRequests, when positive, keeps only that many of the latest
+	// requests for Requests and WaitRequests (Seq and the count
+	// WaitRequests waits for still number every request). 0 keeps all. A
+	// long run against one Server (thousands of rounds on threads that
+	// grow, each request carrying its whole history) otherwise holds
+	// memory quadratic in the rounds: the cluster chaos run reached 23 GiB.
+	KeepRequests int
 }
 
 // Server is a running mock model. Its methods are safe for concurrent use.
@@ -44,7 +52,10 @@ type Server struct {
 	served  chan struct{} // closed when srv.Serve returned
 	done    chan struct{} // closed by Close; ends slow and hanging streams
 
+	keep int // Options.KeepRequests
+
 	mu        sync.Mutex
+	seen      int // requests received, retained or not
 	closed    bool
 	handlers  sync.WaitGroup // running handlers; Add only under mu while !closed
 	conns     sync.WaitGroup // open connections (ConnState); Close waits for them
@@ -68,6 +79,7 @@ func Start(opts Options) (*Server, error) {
 		done:      make(chan struct{}),
 		responder: opts.Responder,
 		arrived:   make(chan struct{}),
+		keep:      opts.KeepRequests,
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
@@ -155,8 +167,12 @@ func (s *Server) Requests() []Request {
 }
 
 func (s *Server) snapshotLocked() []Request {
-	out := make([]Request, len(s.requests))
-	for i, r := range s.requests {
+	rs := s.requests
+	if s.keep > 0 && len(rs) > s.keep {
+		rs = rs[len(rs)-s.keep:]
+	}
+	out := make([]Request, len(rs))
+	for i, r := range rs {
 		out[i] = r.clone()
 	}
 	return out
@@ -168,13 +184,13 @@ func (s *Server) snapshotLocked() []Request {
 func (s *Server) WaitRequests(ctx context.Context, n int) ([]Request, error) {
 	for {
 		s.mu.Lock()
-		if len(s.requests) >= n {
+		if s.seen >= n {
 			out := s.snapshotLocked()
 			s.mu.Unlock()
 			return out, nil
 		}
 		if s.closed {
-			got := len(s.requests)
+			got := s.seen
 			s.mu.Unlock()
 			return nil, fmt.Errorf("waiting for %d requests, got %d: %w", n, got, ErrClosed)
 		}
@@ -184,7 +200,7 @@ func (s *Server) WaitRequests(ctx context.Context, n int) ([]Request, error) {
 		case <-ch:
 		case <-ctx.Done():
 			s.mu.Lock()
-			got := len(s.requests)
+			got := s.seen
 			s.mu.Unlock()
 			return nil, fmt.Errorf("waiting for %d requests, got %d: %w", n, got, ctx.Err())
 		}
@@ -206,8 +222,13 @@ func (s *Server) enter() bool {
 func (s *Server) record(req *Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	req.Seq = len(s.requests)
+	req.Seq = s.seen
+	s.seen++
 	s.requests = append(s.requests, req)
+	if s.keep > 0 && len(s.requests) >= 2*s.keep {
+		// A copy, so that the dropped requests' memory goes.
+		s.requests = slices.Clone(s.requests[len(s.requests)-s.keep:])
+	}
 	if !s.closed {
 		close(s.arrived)
 		s.arrived = make(chan struct{})

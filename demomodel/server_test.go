@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -505,5 +507,32 @@ func TestRequestRecordedBeforeResponderAnswers(t *testing.T) {
 	}
 	if r := s.Requests()[0]; r.Status != http.StatusOK {
 		t.Errorf("Status after answering = %d", r.Status)
+	}
+}
+
+// TestKeepRequests: with KeepRequests, Requests holds only the latest
+// ones, still numbered among all, and WaitRequests counts every request.
+func TestKeepRequests(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, demomodel.Options{KeepRequests: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for i := range 10 {
+		body := fmt.Sprintf(`{"model":"mock-model","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"r%d"}]}]}`, i)
+		resp := post(t, ctx, s, body, nil)
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs, err := s.WaitRequests(ctx, 10)
+	if err != nil {
+		t.Fatalf("WaitRequests(10) with 3 kept: %v", err)
+	}
+	var got []string
+	for _, r := range reqs {
+		got = append(got, fmt.Sprintf("%d:%s", r.Seq, r.LastUserText()))
+	}
+	if want := []string{"7:r7", "8:r8", "9:r9"}; !slices.Equal(got, want) {
+		t.Errorf("kept requests %v, want %v", got, want)
 	}
 }
