@@ -176,7 +176,7 @@ func (l *Listener) check(conn net.Conn, peer, local netip.AddrPort) {
 	}
 }
 
-// ErrOwnerless: the kernel knows the socket, but it is no owned, live
+// ErrOwnerless: the kernel knows the socket, but it is not an owned, live
 // connection (Owner.Live).
 var ErrOwnerless = errors.New("the peer's socket has no owner (closed, or not a connection)")
 

@@ -157,7 +157,6 @@ type clusterRuntime struct {
 	etcd           *embed.Etcd
 	fence          *fenceHelper
 	root           atomic.Pointer[fenceTarget]
-	lease          atomic.Int64 // the lease of the last fence time told (OnDeadline)
 	log            *slog.Logger
 }
 
@@ -230,7 +229,6 @@ func startCluster(ctx context.Context, o *clusterOptions, tlsFiles cluster.TLSFi
 		TTL: o.leaseTTL, Margin: o.fenceMargin, Logger: log,
 		OnFence: func() { rt.onFence(o.fenceMargin) },
 		OnDeadline: func(at time.Time, lease clientv3.LeaseID) {
-			rt.lease.Store(int64(lease))
 			if rt.fence != nil {
 				rt.fence.deadline(at, lease)
 			}
@@ -266,7 +264,7 @@ func (rt *clusterRuntime) onFence(bound time.Duration) {
 	}
 	if rt.fence != nil {
 		rt.log.Error("the app-servers did not stop within the fence margin after the fence: the fence helper kills them now", "fence_margin", bound)
-		rt.fence.deadline(cluster.BootNow(), clientv3.LeaseID(rt.lease.Load()))
+		rt.fence.fenceNow()
 	} else {
 		rt.log.Error("the app-servers did not stop within the fence margin after the fence, and no fence helper runs (--fence-helper=false): waiting for them one more margin", "fence_margin", bound)
 	}

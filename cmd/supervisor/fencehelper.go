@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/meshweaver/supervisor/cluster"
 )
 
 // fenceHelper runs the `supervisor fence` process beside a member's
@@ -40,8 +42,9 @@ type fenceHelper struct {
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
-	in       *os.File // the daemon's end of the helper's pipe; nil between two helpers
-	last     string   // the last fence line, written again to a new helper
+	in       *os.File         // the daemon's end of the helper's pipe; nil between two helpers
+	last     string           // the last fence line, written again to a new helper
+	lease    clientv3.LeaseID // the lease of the last fence time
 	stopping bool
 }
 
@@ -146,7 +149,19 @@ func (h *fenceHelper) run() {
 func (h *fenceHelper) deadline(at time.Time, lease clientv3.LeaseID) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.last = fmt.Sprintf("%d %d\n", at.UnixNano(), int64(lease))
+	h.deadlineLocked(at, lease)
+}
+
+// fenceNow tells the helper a fence time of now for the last lease it
+// was told of: it kills the app-servers at its next tick.
+func (h *fenceHelper) fenceNow() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.deadlineLocked(cluster.BootNow(), h.lease)
+}
+
+func (h *fenceHelper) deadlineLocked(at time.Time, lease clientv3.LeaseID) {
+	h.last, h.lease = fmt.Sprintf("%d %d\n", at.UnixNano(), int64(lease)), lease
 	h.writeLocked(h.last)
 }
 
