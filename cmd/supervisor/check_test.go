@@ -16,13 +16,7 @@ import (
 // round's commands would fail, the check fails naming the path and the
 // fix, and it leaves nothing behind (no homes, no probe folder).
 func TestCheckProbesARound(t *testing.T) {
-	root := t.TempDir()
-	exe := opsBuild(t, root)
-	workspace := filepath.Join(root, "workspace")
-	if err := os.MkdirAll(workspace, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	servable(t, root, workspace)
+	root, exe, workspace := checkRig(t)
 	homes := filepath.Join(root, "homes")
 	check := []string{"serve", "--check", "--homes", homes, "--workspace", workspace, "--codex", opsCodexBin(t)}
 	asRoot := os.Geteuid() == 0
@@ -98,4 +92,18 @@ func TestCheckProbesARound(t *testing.T) {
 		t.Errorf("serve --check with an override the CLI refuses: exit %d, stderr %q", code, stderr)
 	}
 	leftNothing("bad override")
+}
+
+// checkRig is a folder for serve --check with the built binary and a
+// workspace (0755) the users may read, as servable makes it.
+func checkRig(t *testing.T) (root, exe, workspace string) {
+	t.Helper()
+	root = t.TempDir()
+	exe = opsBuild(t, root)
+	workspace = filepath.Join(root, "workspace")
+	if err := os.MkdirAll(workspace, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	servable(t, root, workspace)
+	return root, exe, workspace
 }

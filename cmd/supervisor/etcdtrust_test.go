@@ -240,7 +240,12 @@ func TestEtcdTLSSettings(t *testing.T) {
 	} {
 		settingsRefused(t, append(append([]string{}, base...), tc.args...), tc.want)
 	}
-	o, err := loadServeOptions(append(append([]string{}, base...), append([]string{"--etcd-tls-cert", etcdCert, "--etcd-tls-key", etcdKey, "--etcd-tls-ca", members.pem, "--allow-plaintext"}, embedded...)...), noEnv, &bytes.Buffer{})
+	// load is an embedded member with etcd's own files cert and key.
+	load := func(cert, key string) (*serveOptions, error) {
+		args := append([]string{"--etcd-tls-cert", cert, "--etcd-tls-key", key, "--etcd-tls-ca", members.pem, "--allow-plaintext"}, embedded...)
+		return loadServeOptions(append(append([]string{}, base...), args...), noEnv, &bytes.Buffer{})
+	}
+	o, err := load(etcdCert, etcdKey)
 	if err != nil {
 		t.Fatalf("an embedded member with etcd's own TLS files: %v", err)
 	}
@@ -248,7 +253,7 @@ func TestEtcdTLSSettings(t *testing.T) {
 		t.Errorf("etcd's files: %+v, want %+v", got, want)
 	}
 	// A SPIFFE certificate with an IP SAN for the listen host serves.
-	if _, err := loadServeOptions(append(append([]string{}, base...), append([]string{"--etcd-tls-cert", uriCert, "--etcd-tls-key", uriKey, "--etcd-tls-ca", members.pem, "--allow-plaintext"}, embedded...)...), noEnv, &bytes.Buffer{}); err != nil {
+	if _, err := load(uriCert, uriKey); err != nil {
 		t.Errorf("a SPIFFE certificate for 127.0.0.1: %v", err)
 	}
 }
@@ -308,13 +313,7 @@ func TestEtcdReloadNeedsARestart(t *testing.T) {
 // a member whose etcd trusts the callers' CA, and not for one with an
 // etcd CA of its own.
 func TestCheckWarnsEtcdTrustsCallers(t *testing.T) {
-	root := t.TempDir()
-	exe := opsBuild(t, root)
-	workspace := filepath.Join(root, "workspace")
-	if err := os.MkdirAll(workspace, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	servable(t, root, workspace)
+	root, exe, workspace := checkRig(t)
 	callers := tlsNewCA(t, root, "ca", "meshweaver test CA")
 	members := tlsNewCA(t, root, "etcd-ca", "meshweaver test etcd CA")
 	cert, key := callers.issue(t, root, "node")
