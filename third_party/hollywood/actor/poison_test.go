@@ -82,3 +82,46 @@ func TestPoisonAfterStopEnds(t *testing.T) {
 	proc.Send(pid, poisonPill{cancel: cancel, graceful: true}, nil) // a sender that found it just before
 	done(t, "the late pill", ctx)
 }
+
+// A message that reaches an actor's inbox while it stops (here while it
+// waits for its child) is never handled; it is a dead letter, as a send
+// after the stop is. Upstream dropped it unseen.
+func TestMessageWhileStoppingIsADeadLetter(t *testing.T) {
+	e, err := NewEngine(NewEngineConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	letters := make(chan DeadLetterEvent, 8)
+	watch := e.SpawnFunc(func(c *Context) {
+		if ev, ok := c.Message().(DeadLetterEvent); ok {
+			letters <- ev
+		}
+	}, "watch")
+	e.Subscribe(watch)
+	defer func() { e.Unsubscribe(watch); <-e.Poison(watch).Done() }()
+
+	stopping, release := make(chan struct{}), make(chan struct{})
+	pid := e.SpawnFunc(func(c *Context) {
+		if _, ok := c.Message().(Initialized); ok {
+			c.SpawnChildFunc(func(c *Context) {
+				if _, ok := c.Message().(Stopped); ok {
+					close(stopping)
+					<-release
+				}
+			}, "child")
+		}
+	}, "parent")
+	stopped := e.Poison(pid)
+	<-stopping // the parent is stopping and still registered
+	e.Send(pid, "late")
+	close(release)
+	done(t, "the stop", stopped)
+	select {
+	case ev := <-letters:
+		if ev.Message != "late" || !ev.Target.Equals(pid) {
+			t.Errorf("dead letter %+v, want \"late\" to %v", ev, pid)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message sent while the actor stopped is no dead letter")
+	}
+}

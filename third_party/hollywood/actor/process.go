@@ -104,10 +104,13 @@ func (p *process) Invoke(msgs []Envelope) {
 					p.invokeMsg(m)
 				}
 			}
-			late := pillsIn(msgs[i+1:])
+			rest := msgs[i+1:]
 			p.cleanup(pill.cancel)
-			for _, cancel := range late {
+			for _, cancel := range pillsIn(rest) {
 				cancel()
+			}
+			if !pill.graceful { // a graceful stop handled them above
+				p.deadLetters(rest)
 			}
 			return
 		}
@@ -231,6 +234,20 @@ func (p *process) cleanup(cancel context.CancelFunc) {
 	p.pillMu.Unlock()
 	for _, cancel := range pillsIn(left) {
 		cancel()
+	}
+	p.deadLetters(left)
+}
+
+// deadLetters reports the messages among msgs that the stopped process
+// never handled as DeadLetterEvents, as a send after its stop is
+// (meshweaver patch: upstream dropped them unseen, so a reply that came
+// while its receiver stopped was lost without a trace).
+func (p *process) deadLetters(msgs []Envelope) {
+	for _, m := range msgs {
+		if _, ok := m.Msg.(poisonPill); ok {
+			continue
+		}
+		p.context.engine.BroadcastEvent(DeadLetterEvent{Target: p.pid, Message: m.Msg, Sender: m.Sender})
 	}
 }
 
