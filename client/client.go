@@ -47,7 +47,8 @@ type Client struct {
 	rem    *remote.Remote
 	target *actor.PID
 	log    *slog.Logger
-	watch  *actor.PID // subscribed to the engine's events: unreachable daemons
+	late   func(any)  // WithLateReplies; nil: logged
+	watch  *actor.PID // subscribed to the engine's events: unreachable daemons, late replies
 
 	mu      sync.Mutex
 	closed  bool
@@ -114,7 +115,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("listening on %s: %w", o.listen, err)
 	}
 	c := &Client{
-		engine: e, rem: rem, log: o.log,
+		engine: e, rem: rem, log: o.log, late: o.late,
 		target:  actor.NewPID(addr, RootID),
 		pending: map[*mailbox]struct{}{},
 	}
@@ -129,12 +130,49 @@ func (c *Client) Addr() string { return c.target.Address }
 // ListenAddr is the address the daemon dials back.
 func (c *Client) ListenAddr() string { return c.rem.Address() }
 
-// receiveEvent fails every pending call when the daemon is unreachable.
+// receiveEvent fails every pending call when the daemon is unreachable,
+// and hands on the replies that came after their call ended.
 func (c *Client) receiveEvent(ctx *actor.Context) {
-	ev, ok := ctx.Message().(actor.RemoteUnreachableEvent)
-	if !ok || ev.ListenAddr != c.target.Address {
+	switch ev := ctx.Message().(type) {
+	case actor.RemoteUnreachableEvent:
+		if ev.ListenAddr == c.target.Address {
+			c.unreachable(ev)
+		}
+	case actor.DeadLetterEvent:
+		c.lateReply(ev)
+	}
+}
+
+// lateReply is a message the remote delivered to a reply address already
+// released: its call or round had ended. Call and round addresses are
+// never reused, so this is never a later call's reply.
+func (c *Client) lateReply(ev actor.DeadLetterEvent) {
+	if ev.Target == nil || ev.Target.Address != c.rem.Address() || !messages.IsEnvelope(ev.Message) {
+		return // not a daemon's reply (a poison pill to a stopped address)
+	}
+	m, err := messages.Unwrap(ev.Message)
+	if err != nil {
+		c.log.Warn("dropped a late reply that does not decode", "to", ev.Target.ID, "err", err)
 		return
 	}
+	if _, known := messages.Name(m); !known {
+		return
+	}
+	c.handLate(ev.Target, m)
+}
+
+// handLate passes a reply that came after its call ended to
+// WithLateReplies' observer, or logs it.
+func (c *Client) handLate(to *actor.PID, m any) {
+	if c.late != nil {
+		c.late(m)
+		return
+	}
+	c.log.Debug("a reply after its call ended", "to", to.ID, "type", fmt.Sprintf("%T", m))
+}
+
+// unreachable fails every pending call.
+func (c *Client) unreachable(ev actor.RemoteUnreachableEvent) {
 	err := fmt.Errorf("%w at %s", ErrUnreachable, ev.ListenAddr)
 	if ev.Err != nil {
 		err = fmt.Errorf("%w at %s: %v", ErrUnreachable, ev.ListenAddr, ev.Err)
@@ -189,6 +227,11 @@ func (c *Client) release(mb *mailbox) {
 		delete(c.pending, mb)
 		c.mu.Unlock()
 		<-c.engine.Poison(mb.pid).Done()
+		// What came between the call's end and the address's stop
+		// (later replies are the engine's dead letters: lateReply).
+		for _, m := range mb.drain() {
+			c.handLate(mb.pid, m)
+		}
 	})
 }
 
@@ -266,6 +309,15 @@ func (mb *mailbox) signal() {
 	case mb.ready <- struct{}{}:
 	default:
 	}
+}
+
+// drain empties the queue and returns what it held.
+func (mb *mailbox) drain() []any {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	q := mb.queue
+	mb.queue = nil
+	return q
 }
 
 // fail ends the mailbox with err (the first error wins).

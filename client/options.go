@@ -17,6 +17,7 @@ type options struct {
 	serverID string
 	listen   string
 	log      *slog.Logger
+	late     func(any)
 }
 
 // WithTLS runs the link over mutual TLS with conf, which serves both the
@@ -62,6 +63,16 @@ func WithListenAddr(addr string) Option {
 // logs to slog.Default() whatever this says.
 func WithLogger(log *slog.Logger) Option {
 	return func(o *options) { o.log = log }
+}
+
+// WithLateReplies hands fn every reply from the daemon that comes after
+// its call or round ended, decoded: a verdict that came after
+// [Round.Wait] gave up on its context, or a second verdict for a round
+// (which the daemon must never send: a caller that counts these checks
+// it). fn may be called from several goroutines at once and must not
+// block. Without it such replies are logged at Debug.
+func WithLateReplies(fn func(msg any)) Option {
+	return func(o *options) { o.late = fn }
 }
 
 // LoadTLSFiles is the mutual-TLS configuration of a node holding the PEM
