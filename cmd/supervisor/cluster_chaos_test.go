@@ -49,6 +49,7 @@ func (f *chaosFault) daemon() bool { return f.kind == "kill" || f.kind == "stop"
 
 // A round of the chaos run, as its caller saw it.
 type chaosRound struct {
+	id         string // its RoundID
 	user       string
 	entry      int // the member it was sent through
 	sent, done time.Time
@@ -67,8 +68,9 @@ type chaosRound struct {
 // its own). It reports, and fails on: double owners (the /proc check),
 // survivor fences (a daemon that fenced while quorum held and it was not
 // the fault's target), rounds without a verdict whose entry member was
-// not hit, and completed rounds that did not resume their user's codex
-// thread. It reports the failover time (a daemon fault → the first round
+// not hit, rounds with more than one verdict (the client hands on those
+// after the first: WithLateReplies), and completed rounds that did not
+// resume their user's codex thread. It reports the failover time (a daemon fault → the first round
 // of each user it owned that completes on another member) p50 and p99.
 func TestClusterChaos(t *testing.T) {
 	if *flagClusterChaos <= 0 {
@@ -87,7 +89,18 @@ func TestClusterChaos(t *testing.T) {
 	for i, m := range tc.members {
 		servs[i] = append(servs[i], m.srv)
 	}
-	clients := []*client.Client{tc.dial(0), tc.dial(1), tc.dial(2)}
+	// Verdicts that came after their round's first (or after its caller
+	// gave up), by round id: the client hands them on (WithLateReplies).
+	var lateMu sync.Mutex
+	late := map[string]int{}
+	lateOpt := client.WithLateReplies(func(m any) {
+		if v, ok := m.(messages.RoundFinished); ok {
+			lateMu.Lock()
+			late[v.RoundID]++
+			lateMu.Unlock()
+		}
+	})
+	clients := []*client.Client{tc.dial(0, lateOpt), tc.dial(1, lateOpt), tc.dial(2, lateOpt)}
 	users := make([]string, *flagChaosUsers)
 	for i := range users {
 		users[i] = fmt.Sprintf("chaos-%02d", i)
@@ -132,9 +145,9 @@ func TestClusterChaos(t *testing.T) {
 				if len(up) == 0 {
 					continue
 				}
-				rec := &chaosRound{user: user, entry: up[r.IntN(len(up))], sent: time.Now(), owner: -1}
+				rec := &chaosRound{id: fmt.Sprintf("chaos-%s-%d", user, k), user: user, entry: up[r.IntN(len(up))], sent: time.Now(), owner: -1}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				_, rec.v, rec.err = roundOnce(ctx, clients[rec.entry], messages.StartRound{User: user, Thread: "t1", Text: fmt.Sprintf("chaos %d", k)})
+				_, rec.v, rec.err = roundOnce(ctx, clients[rec.entry], messages.StartRound{User: user, Thread: "t1", RoundID: rec.id, Text: fmt.Sprintf("chaos %d", k)})
 				cancel()
 				rec.done = time.Now()
 				if rec.err == nil && rec.v.Status == messages.StatusCompleted {
@@ -261,7 +274,9 @@ func TestClusterChaos(t *testing.T) {
 		}
 	}
 
-	fig := chaosFigures(tc, servs, faults, rounds)
+	lateMu.Lock()
+	fig := chaosFigures(tc, servs, faults, rounds, late)
+	lateMu.Unlock()
 	tc.mu.Lock()
 	fig.doubleOwners = len(tc.violations)
 	tc.mu.Unlock()
@@ -282,6 +297,9 @@ func TestClusterChaos(t *testing.T) {
 	}
 	if fig.notResumed > 0 {
 		t.Errorf("%d completed rounds did not resume their user's codex thread", fig.notResumed)
+	}
+	if fig.secondVerdicts > 0 {
+		t.Errorf("%d rounds had more than one verdict: %s", fig.secondVerdicts, strings.Join(fig.secondWhy[:min(5, len(fig.secondWhy))], "; "))
 	}
 }
 
@@ -315,6 +333,9 @@ type chaosFig struct {
 	lostWithEntry                    int // no verdict; the entry member was faulted meanwhile
 	noVerdict                        int
 	noVerdictWhy                     []string
+	secondVerdicts                   int // rounds with a verdict after their first
+	secondWhy                        []string
+	lateVerdicts                     int // rounds whose only verdict came after their caller gave up
 	notResumed                       int
 	doubleOwners                     int
 	fences                           map[string]int // by cause
@@ -332,7 +353,7 @@ type chaosFig struct {
 }
 
 // chaosFigures classifies the rounds and the members' fences.
-func chaosFigures(tc *testCluster, servs [][]*opsServe, faults []*chaosFault, rounds []*chaosRound) *chaosFig {
+func chaosFigures(tc *testCluster, servs [][]*opsServe, faults []*chaosFault, rounds []*chaosRound, late map[string]int) *chaosFig {
 	f := &chaosFig{faults: map[string]int{}, fences: map[string]int{}, byStatus: map[string]int{}, failoversBy: map[string][]time.Duration{}}
 	for _, ft := range faults {
 		f.faults[ft.kind]++
@@ -351,6 +372,13 @@ func chaosFigures(tc *testCluster, servs [][]*opsServe, faults []*chaosFault, ro
 	var total time.Duration
 	for _, r := range rounds {
 		f.rounds++
+		switch n := late[r.id]; {
+		case n > 1 || n > 0 && r.err == nil:
+			f.secondVerdicts++
+			f.secondWhy = append(f.secondWhy, fmt.Sprintf("%s via m%d at %s: %d late verdicts, the caller's %v", r.user, r.entry, r.sent.Format("15:04:05.000"), n, r.err))
+		case n == 1:
+			f.lateVerdicts++
+		}
 		switch {
 		case r.err != nil:
 			if hit(r.entry, r.sent, r.done) {
@@ -500,6 +528,8 @@ func (f *chaosFig) String() string {
 	row("verdicts by status", fmt.Sprint(f.byStatus))
 	row("rounds without a verdict, entry member faulted (lost with it)", f.lostWithEntry)
 	row("**rounds without a verdict otherwise**", f.noVerdict)
+	row("**rounds with more than one verdict**", f.secondVerdicts)
+	row("rounds whose verdict came after their caller gave up", f.lateVerdicts)
 	row("**double owners (/proc scans that saw two app-servers for a home)**", f.doubleOwners)
 	row("**survivor fences**", f.survivorFences)
 	row("fences by cause", fmt.Sprint(f.fences))

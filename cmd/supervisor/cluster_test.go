@@ -276,11 +276,10 @@ func (tc *testCluster) finishCheck() {
 }
 
 // dial connects a Go client to member i.
-func (tc *testCluster) dial(i int) *client.Client {
+func (tc *testCluster) dial(i int, opts ...client.Option) *client.Client {
 	tc.t.Helper()
 	ctx, cancel := context.WithTimeout(tc.t.Context(), 30*time.Second)
 	defer cancel()
-	var opts []client.Option
 	if tc.tls != nil {
 		opts = append(opts, client.WithTLS(tc.tls.caller))
 	}
