@@ -434,12 +434,26 @@ func TestSPIFFERotationUnderRounds(t *testing.T) {
 	writeBundle(t, bundle, rootB)
 	sighup()
 	await("b", 2)
+	refusedChain := func(rec map[string]any) bool {
+		e, _ := rec["err"].(string)
+		return rec["reason"] == "handshake" && strings.Contains(e, "certificate")
+	}
+	refusals := d.srv.count(refusedChain)
 	late := dial(aCert, aKey)
 	callCtx, cancelCall := context.WithTimeout(ctx, opsWait)
 	_, err := late.Models(callCtx, "alice")
 	cancelCall()
-	if err == nil || !errors.Is(err, client.ErrUnreachable) || !strings.Contains(err.Error(), "certificate") {
+	if err == nil || !errors.Is(err, client.ErrUnreachable) {
 		t.Errorf("a new caller with an SVID of the removed root: %v; want refused at the handshake", err)
+	}
+	// The refusal is the daemon's, at the handshake, for the chain. The
+	// caller usually reads it as the TLS alert ("unknown certificate
+	// authority"), which TLS 1.3 delivers after the client's handshake
+	// returned; one CI run in about thirty read a bare EOF instead, so the
+	// daemon's own record is what is asserted.
+	d.srv.waitCount("the remote's refused handshake of root A's SVID", refusals+1, refusedChain)
+	if err != nil && !strings.Contains(err.Error(), "certificate") {
+		t.Logf("the caller saw the refusal as %v", err)
 	}
 	close(stop)
 	loops.Wait()
