@@ -30,6 +30,12 @@
 // that is not OK, an [messages.AccountResponse] with Error set) are returned
 // as they are, with a nil error.
 //
+// A reply that comes after its call ended (a verdict after [Round.Wait]
+// gave up on its context; a second verdict, which the daemon must never
+// send) is no later call's: reply addresses are never reused. It is
+// logged at Debug, or handed to the function [WithLateReplies] gives, so
+// that a caller can count such replies.
+//
 // # Goroutines
 //
 // The package starts no goroutine of its own beyond those of its hollywood
