@@ -763,12 +763,17 @@ func TestClusterQuorumLoss(t *testing.T) {
 		if err := tc.members[i].srv.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		tc.members[i].srv.wait(opsWait)
 	}
+	// Timed from the kills, not from the dead daemons' ends: their fence
+	// helpers keep the daemons' log pipes open while they try to revoke
+	// the leases, which without quorum they cannot (a TTL at most).
 	if !proctest.Poll(testLeaseTTL+time.Second, 20*time.Millisecond, func() bool { return len(tc.appServersOf(home)) == 0 }) {
 		t.Fatalf("member 0 kept %s's app-server %v after losing quorum", user, time.Since(lost))
 	}
 	t.Logf("app-servers stopped %v after quorum loss (TTL %v)", time.Since(lost).Round(time.Millisecond), testLeaseTTL)
+	for _, i := range []int{1, 2} {
+		tc.members[i].srv.wait(opsWait)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	_, v, err := roundOnce(ctx, c, messages.StartRound{User: user, Thread: "t1", Text: "no quorum"})
