@@ -150,15 +150,27 @@ func (c *Client) lateReply(ev actor.DeadLetterEvent) {
 	if ev.Target == nil || ev.Target.Address != c.rem.Address() || !messages.IsEnvelope(ev.Message) {
 		return // not a daemon's reply (a poison pill to a stopped address)
 	}
-	m, err := messages.Unwrap(ev.Message)
+	m, err := decodeReply(ev.Message)
 	if err != nil {
 		c.log.Warn("dropped a late reply that does not decode", "to", ev.Target.ID, "err", err)
 		return
 	}
-	if _, known := messages.Name(m); !known {
-		return
+	if m != nil {
+		c.handLate(ev.Target, m)
 	}
-	c.handLate(ev.Target, m)
+}
+
+// decodeReply is the daemon's reply raw, decoded; nil (and no error) for
+// a message this client does not know, which it drops.
+func decodeReply(raw any) (any, error) {
+	m, err := messages.Unwrap(raw)
+	if err != nil {
+		return nil, err
+	}
+	if _, known := messages.Name(m); !known {
+		return nil, nil
+	}
+	return m, nil
 }
 
 // handLate passes a reply that came after its call ended to
@@ -290,12 +302,12 @@ func (mb *mailbox) receive(ctx *actor.Context) {
 	case actor.Initialized, actor.Started, actor.Stopped:
 		return
 	}
-	m, err := messages.Unwrap(raw)
+	m, err := decodeReply(raw)
 	if err != nil {
 		mb.log.Warn("dropped a reply that does not decode", "from", ctx.Sender(), "err", err)
 		return
 	}
-	if _, known := messages.Name(m); !known {
+	if m == nil {
 		return
 	}
 	mb.mu.Lock()

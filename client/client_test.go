@@ -20,9 +20,9 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func dial(t *testing.T, addr string) *client.Client {
+func dial(t *testing.T, addr string, opts ...client.Option) *client.Client {
 	t.Helper()
-	c, err := client.Dial(testCtx(t), addr)
+	c, err := client.Dial(testCtx(t), addr, opts...)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}

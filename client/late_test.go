@@ -42,11 +42,7 @@ func awaitLate(t *testing.T, ch <-chan messages.RoundFinished, roundID string) m
 func TestVerdictAfterWaitGaveUp(t *testing.T) {
 	addr := holdingDaemon(t)
 	opt, late := lateVerdicts()
-	c, err := client.Dial(testCtx(t), addr, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := dial(t, addr, opt)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	r, err := c.Round(ctx, messages.StartRound{User: "late", Thread: "t1", Text: "hold on"})
 	if err != nil {
@@ -99,11 +95,7 @@ func TestSecondVerdictIsALateReply(t *testing.T) {
 	t.Cleanup(func() { <-e.Poison(root).Done() })
 
 	opt, late := lateVerdicts()
-	c, err := client.Dial(testCtx(t), addr, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := dial(t, addr, opt)
 	r, err := c.Round(testCtx(t), messages.StartRound{User: "twice", Thread: "t1", Text: "hi"})
 	if err != nil {
 		t.Fatal(err)

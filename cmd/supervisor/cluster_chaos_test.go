@@ -70,8 +70,9 @@ type chaosRound struct {
 // the fault's target), rounds without a verdict whose entry member was
 // not hit, rounds with more than one verdict (the client hands on those
 // after the first: WithLateReplies), and completed rounds that did not
-// resume their user's codex thread. It reports the failover time (a daemon fault → the first round
-// of each user it owned that completes on another member) p50 and p99.
+// resume their user's codex thread. It reports the failover time (a
+// daemon fault → the first round of each user it owned that completes on
+// another member) p50 and p99.
 func TestClusterChaos(t *testing.T) {
 	if *flagClusterChaos <= 0 {
 		t.Skip("the cluster chaos run runs with -cluster.chaos=DURATION")
