@@ -35,7 +35,8 @@ type call struct {
 
 // call sends a call to the current process; then runs in Receive with its
 // answer, its error, or its deadline's passing (context.DeadlineExceeded).
-func (a *appServerActor) call(method string, params any, thread string, then func(json.RawMessage, error)) {
+// It returns the call's seq.
+func (a *appServerActor) call(method string, params any, thread string, then func(json.RawMessage, error)) uint64 {
 	a.calls.seq++
 	k := &call{seq: a.calls.seq, gen: a.gen, method: method, params: params, thread: thread, attempt: 0,
 		backoff: codexrpc.DefaultRetry.Base, then: then}
@@ -51,6 +52,7 @@ func (a *appServerActor) call(method string, params any, thread string, then fun
 	engine, self, seq := a.engine, a.self, k.seq
 	k.timer = time.AfterFunc(d, func() { engine.Send(self, callExpired{seq: seq}) })
 	a.send(k)
+	return seq
 }
 
 // send writes k to the process (again, after an overloaded answer).

@@ -65,7 +65,7 @@ func (a *appServerActor) launch() {
 		Args:      a.cfg.CodexArgs,
 		Home:      a.home,
 		Dir:       a.cfg.Workspace,
-		Overrides: a.cfg.Overrides,
+		Overrides: a.cfg.codexOverrides(),
 		Env:       codexproc.AllowedEnv(environ(), a.cfg.CodexEnv),
 		Logger:    a.log,
 		Redactor:  a.redact,
@@ -356,6 +356,7 @@ func (a *appServerActor) lose(lost error) {
 	for thread := range a.limits.base {
 		a.limitBeforeLoss(thread)
 	}
+	a.threads.asked.reset()
 	for _, round := range a.threads.router.reset() {
 		a.engine.Send(round, codexLost{err: lost})
 	}

@@ -190,6 +190,7 @@ type appThreads struct {
 	opening  map[mcpfront.Key]int    // opens in flight holding a front key (settings.go)
 	warming  map[string][]warmUp     // warm-ups waiting for their registry lookup, by mesh thread
 	routed   routed                  // a batch's notifications for one round, not yet sent (see toRound)
+	asked    askedTurns              // turn-starting calls whose turn/started has not come (asked.go)
 	lastHead codexproto.Delta        // the last notification's header: its ids' strings are reused
 }
 
@@ -462,7 +463,7 @@ func (a *appServerActor) run(m any) {
 		a.open(m)
 	case appCall:
 		to, tag := m.to, m.tag
-		a.call(m.method, m.params, m.thread, func(res json.RawMessage, err error) {
+		a.callTurn(m, func(res json.RawMessage, err error) {
 			if to != nil {
 				a.engine.Send(to, appAnswer{tag: tag, result: res, err: err})
 			}

@@ -242,7 +242,11 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 		}
 		return
 	}
-	round, ok := a.threads.router.route(a.threads.children.Root(threadID), n)
+	root := a.threads.children.Root(threadID)
+	round, ok := a.threads.router.route(root, n)
+	if n.Method == codexproto.NoteTurnStarted {
+		a.turnStarted(threadID, root, n)
+	}
 	if ok && n.Method == codexproto.NoteTurnCompleted && a.threads.children.Root(threadID) == threadID {
 		if res := a.limits.met(threadID, a.cfg.Metrics); res != "" {
 			a.sendRouted() // what came before, then the limit, then the end

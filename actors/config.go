@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/meshweaver/supervisor/actors/turninput"
@@ -106,6 +108,14 @@ type Config struct {
 	RoundLogBytes  int
 	KeptRounds     int
 	UserLogBytes   int
+	// Goals lets codex offer the model its goal tools (create_goal,
+	// update_goal, get_goal; the CLI's features.goals). Off by default: a
+	// goal makes the CLI run turns of its own after its round's verdict,
+	// which no caller sees. UnaskedTurns is what the daemon does with a
+	// turn the CLI starts that no round asked for: UnaskedInterrupt (the
+	// default) or UnaskedAllow; either way it is counted and logged.
+	Goals        bool
+	UnaskedTurns string
 	// Member is this daemon's cluster member id ("" outside a cluster). It
 	// goes, with the kernel's boot id, into each app-server's pid record,
 	// so a member reaping at its start leaves the other members' alone
@@ -218,6 +228,13 @@ func (c *Config) setDefaults() error {
 	if err := c.CheckBounds(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	switch c.UnaskedTurns {
+	case "":
+		c.UnaskedTurns = UnaskedInterrupt
+	case UnaskedInterrupt, UnaskedAllow:
+	default:
+		return fmt.Errorf("config: unasked turns %q: want %s or %s", c.UnaskedTurns, UnaskedInterrupt, UnaskedAllow)
+	}
 	if c.ClientName == "" {
 		c.ClientName = "meshweaver-supervisor"
 	}
@@ -315,6 +332,13 @@ func newTree(cfg Config, deps Deps) (*tree, error) {
 		deps.Metrics = NewMetrics(nil)
 	}
 	return &tree{Config: cfg, Deps: deps, rounds: &gate{}, sample: edge.NewSampler(10, time.Minute)}, nil
+}
+
+// codexOverrides are the "-c" settings of every app-server: the
+// operator's, then the daemon's own, which win (a later -c of a key
+// replaces an earlier one).
+func (c *Config) codexOverrides() []string {
+	return append(slices.Clip(c.Overrides), "features.goals="+strconv.FormatBool(c.Goals))
 }
 
 // CheckBounds checks the operator's bounds on rounds' sandbox and approval

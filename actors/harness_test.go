@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/testkit/codexhome"
@@ -70,6 +72,15 @@ func newHarness(t testing.TB, mutate func(*tree)) *harness {
 			var dump strings.Builder
 			_ = pprof.Lookup("goroutine").WriteTo(&dump, 1)
 			t.Errorf("stopping the tree timed out; goroutines:\n%s", dump.String())
+		}
+		// No round test sees a turn that no round asked for (goals are
+		// off); the goal tests turn them on and count them themselves.
+		if !tr.Goals {
+			for _, action := range []string{"interrupted", "allowed"} {
+				if n := testutil.ToFloat64(tr.Metrics.UnaskedTurns.WithLabelValues(action)); n != 0 {
+					t.Errorf("%v turns no round asked for (%s)", n, action)
+				}
+			}
 		}
 	})
 	return h

@@ -25,6 +25,7 @@ type Metrics struct {
 	WarmThreads    prometheus.Counter     // rounds that found their thread loaded with their settings (no resume)
 	Draining       prometheus.Gauge       // 1 once the node admits no new rounds (it is stopping)
 	LimitHits      *prometheus.CounterVec // a user's limit met, by resource: memory, pids, disk
+	UnaskedTurns   *prometheus.CounterVec // turns an app-server started that no round asked for, by action: interrupted, allowed
 }
 
 // NewMetrics makes the collectors and registers them with reg (nil: not
@@ -83,6 +84,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		LimitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "supervisor_user_limit_hits_total", Help: "Times a user's limit was met (an OOM kill, a refused fork, a full home), by resource.",
 		}, []string{"resource"}),
+		UnaskedTurns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "supervisor_unasked_turns_total", Help: "Turns an app-server started that no round or thread command asked for (a codex goal continuing), by what the daemon did: interrupted or allowed.",
+		}, []string{"action"}),
 		Draining: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "supervisor_draining", Help: "1 once this node admits no new rounds: it is stopping and lets the running ones finish.",
 		}),
@@ -104,8 +108,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"memory", "pids", "disk"} {
 		m.LimitHits.WithLabelValues(r)
 	}
+	for _, a := range []string{"interrupted", "allowed"} {
+		m.UnaskedTurns.WithLabelValues(a)
+	}
 	if reg != nil {
-		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads, m.Draining, m.LimitHits, m.UserReaps)
+		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads, m.Draining, m.LimitHits, m.UserReaps, m.UnaskedTurns)
 		reg.MustRegister(m.Rounds, m.FirstDelta, m.RoundDuration, m.LiveAppServers, m.Starts,
 			m.Deaths, m.Restarts, m.Evictions, m.Logins, m.RemoteRejected, m.Users, m.RoundsInFlight)
 	}

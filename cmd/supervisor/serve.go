@@ -35,6 +35,8 @@ type serveOptions struct {
 	codex          string
 	overrides      stringList
 	codexEnv       stringList
+	goals          bool
+	unaskedTurns   string
 	sandbox        string
 	approval       string
 	maxSandbox     string
@@ -77,6 +79,8 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.StringVar(&o.codex, "codex", "", "codex `PATH` (default: $CODEX_BIN, then codex on PATH; with --demo-model and neither, the project-local install); where the users' uids cannot reach it, it is run from hard links (or a copy) under "+isolate.DefaultCLILinks)
 	fs.Var(&o.overrides, "codex-override", "`key=value` passed to every app-server as -c (repeatable)")
 	fs.Var(&o.codexEnv, "codex-env", "`KEY=VALUE` added to every app-server's environment (repeatable); nothing else of the daemon's environment reaches it beyond PATH, HOME and locale")
+	fs.BoolVar(&o.goals, "codex-goals", false, "let codex offer the model its goal tools (create_goal and the others): a goal makes the app-server run turns of its own after its round's verdict, which --unasked-turns then decides")
+	fs.StringVar(&o.unaskedTurns, "unasked-turns", actors.UnaskedInterrupt, "what to do with a turn an app-server starts that no round asked for (a codex goal continuing): interrupt or allow; either way it is counted and logged")
 	fs.StringVar(&o.sandbox, "sandbox", codexproto.SandboxReadOnly, "sandbox of codex threads: read-only, workspace-write or danger-full-access")
 	fs.StringVar(&o.approval, "approval-policy", codexproto.ApprovalNever, "approval policy of codex threads: never, on-request or untrusted")
 	fs.StringVar(&o.maxSandbox, "max-sandbox", "", "most permissive sandbox a round may ask for (default: --sandbox); a round asking for more is clamped, with a notice")
@@ -127,6 +131,16 @@ func (o *serveOptions) validate() error {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			errs = append(errs, fmt.Errorf("%q is not KEY=VALUE", kv))
 		}
+	}
+	for _, kv := range o.overrides {
+		if k, _, _ := strings.Cut(kv, "="); strings.TrimSpace(k) == "features.goals" {
+			errs = append(errs, fmt.Errorf("--codex-override %s: the daemon sets features.goals itself; use --codex-goals", kv))
+		}
+	}
+	switch o.unaskedTurns {
+	case actors.UnaskedInterrupt, actors.UnaskedAllow:
+	default:
+		errs = append(errs, fmt.Errorf("--unasked-turns %q: want %s or %s", o.unaskedTurns, actors.UnaskedInterrupt, actors.UnaskedAllow))
 	}
 	switch o.sandbox {
 	case "read-only", "workspace-write", "danger-full-access":
@@ -316,6 +330,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	d, gate, err := startDaemonEdge(o.listen, tlsConf, actors.Config{
 		Homes: o.homes, Workspace: o.workspace, CodexBin: bin,
 		Overrides: append(overrides, o.overrides...), CodexEnv: o.codexEnv,
+		Goals: o.goals, UnaskedTurns: o.unaskedTurns,
 		Sandbox: o.sandbox, ApprovalPolicy: o.approval,
 		MaxSandbox: o.maxSandbox, ApprovalPolicies: splitList(o.approvals),
 		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit,
