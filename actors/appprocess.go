@@ -357,6 +357,7 @@ func (a *appServerActor) lose(lost error) {
 		a.limitBeforeLoss(thread)
 	}
 	a.threads.asked.reset()
+	clear(a.threads.running)
 	for _, round := range a.threads.router.reset() {
 		a.engine.Send(round, codexLost{err: lost})
 	}

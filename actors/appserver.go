@@ -191,6 +191,7 @@ type appThreads struct {
 	warming  map[string][]warmUp     // warm-ups waiting for their registry lookup, by mesh thread
 	routed   routed                  // a batch's notifications for one round, not yet sent (see toRound)
 	asked    askedTurns              // turn-starting calls whose turn/started has not come (asked.go)
+	running  map[string]string       // thread → its running turn, from turn/started to turn/completed
 	lastHead codexproto.Delta        // the last notification's header: its ids' strings are reused
 }
 
@@ -270,6 +271,7 @@ func newAppServerActor(cfg *tree, user, home string, creds *store.Credentials, r
 				loaded:  make(map[string]loadedThread),
 				opening: make(map[mcpfront.Key]int),
 				warming: make(map[string][]warmUp),
+				running: make(map[string]string),
 			},
 		}
 	}
@@ -299,6 +301,8 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		deliver(a.engine, c.Sender(), a.limits.usage(a.user, a.cfg.Contain), a.log)
 	case threadLookup:
 		a.looked(m)
+	case budgetMet:
+		a.budgetMet(m)
 	case startNow:
 		if m.gen == a.gen && a.phase == phaseBackoff && a.enter(phaseStarting) {
 			a.launch()

@@ -244,8 +244,19 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 	}
 	root := a.threads.children.Root(threadID)
 	round, ok := a.threads.router.route(root, n)
-	if n.Method == codexproto.NoteTurnStarted {
+	switch n.Method {
+	case codexproto.NoteTurnStarted:
 		a.turnStarted(threadID, root, n)
+	case codexproto.NoteTurnCompleted:
+		delete(a.threads.running, threadID)
+	case codexproto.NoteTokenUsage:
+		model := a.threads.loaded[threadID].model
+		if model == "" {
+			model = a.threads.loaded[root].model
+		}
+		if ch, ok := usageReport(n, model); ok {
+			a.engine.Send(a.registry, ch)
+		}
 	}
 	if ok && n.Method == codexproto.NoteTurnCompleted && a.threads.children.Root(threadID) == threadID {
 		if res := a.limits.met(threadID, a.cfg.Metrics); res != "" {

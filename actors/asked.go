@@ -90,6 +90,27 @@ type UnaskedTurn struct {
 	Round       bool
 }
 
+// budgetMet interrupts every running turn of the user's: a round's
+// through the round (its verdict says why), any other at once.
+func (a *appServerActor) budgetMet(m budgetMet) {
+	for thread, turn := range a.threads.running {
+		root := a.threads.children.Root(thread)
+		if s, ok := a.threads.router.lookup(root); ok {
+			if root == thread {
+				a.engine.Send(s.round, m)
+			}
+			continue // a child agent's turn ends with its round's
+		}
+		a.log.Warn("interrupting a turn no round runs: the user's token budget is spent", "thread", thread, "turn", turn)
+		a.call(codexproto.MethodTurnInterrupt, codexproto.TurnInterruptParams{ThreadID: thread, TurnID: turn}, "",
+			func(_ json.RawMessage, err error) {
+				if err != nil {
+					a.log.Warn("interrupting a turn past the budget", "err", err)
+				}
+			})
+	}
+}
+
 // callTurn sends a call of another actor's; a turn-starting one is
 // counted as asked for its thread until its turn/started comes.
 func (a *appServerActor) callTurn(m appCall, then func(json.RawMessage, error)) {
@@ -116,6 +137,11 @@ func (a *appServerActor) callTurn(m appCall, then func(json.RawMessage, error)) 
 // a root thread's turn is asked for when a call of the daemon's started
 // it. Any other is an unasked turn.
 func (a *appServerActor) turnStarted(threadID, root string, n *codexrpc.Notification) {
+	var note codexproto.TurnNotification
+	_ = json.Unmarshal(n.Params, &note)
+	if note.Turn.ID != "" {
+		a.threads.running[threadID] = note.Turn.ID
+	}
 	_, subscribed := a.threads.router.lookup(root)
 	if root != threadID {
 		if subscribed {
@@ -124,8 +150,6 @@ func (a *appServerActor) turnStarted(threadID, root string, n *codexrpc.Notifica
 	} else if a.threads.asked.started(threadID) {
 		return
 	}
-	var note codexproto.TurnNotification
-	_ = json.Unmarshal(n.Params, &note)
 	ev := UnaskedTurn{User: a.user, ThreadID: threadID, TurnID: note.Turn.ID, Round: subscribed,
 		Interrupted: a.cfg.UnaskedTurns != UnaskedAllow && note.Turn.ID != ""}
 	a.cfg.Metrics.UnaskedTurns.WithLabelValues(map[bool]string{true: "interrupted", false: "allowed"}[ev.Interrupted]).Inc()

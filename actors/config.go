@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/meshweaver/supervisor/actors/budget"
 	"github.com/meshweaver/supervisor/actors/turninput"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/contain"
@@ -156,6 +157,10 @@ type Deps struct {
 	// and relays those owned elsewhere (relay.go). Nil: this daemon serves
 	// every user.
 	Placement Placement
+	// Budgets, when set, are the users' token budgets (package budget),
+	// read at every check: a reload's Set applies to the live users. Nil:
+	// no budget; the usage is counted all the same.
+	Budgets *budget.Holder
 	// Hold, when set, keeps the remote stream to a caller's address alive
 	// while a round replies to it; the round calls release at its verdict.
 	Hold func(addr string) (release func())

@@ -243,13 +243,15 @@ type codexLost struct{ err error }
 type lookupThread struct {
 	key   string
 	round *actor.PID // gets threadLookup
+	admit bool       // a round's (or a compaction's): refused when the user's budget is spent
 }
 type threadLookup struct {
 	key      string
 	threadID string
-	turns    []store.Turn // the journal, for a transcript: read only when threadID is empty
-	damaged  bool         // the record or the journal was damaged or unreadable
-	notSaved []string     // earlier writes retried now and failing still
+	turns    []store.Turn        // the journal, for a transcript: read only when threadID is empty
+	damaged  bool                // the record or the journal was damaged or unreadable
+	notSaved []string            // earlier writes retried now and failing still
+	budget   *messages.ErrorInfo // the refusal of a user whose budget is spent (admit): nothing else is set
 }
 
 // recordThread and appendTurns are answered with saved, to round.

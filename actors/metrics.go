@@ -26,6 +26,8 @@ type Metrics struct {
 	Draining       prometheus.Gauge       // 1 once the node admits no new rounds (it is stopping)
 	LimitHits      *prometheus.CounterVec // a user's limit met, by resource: memory, pids, disk
 	UnaskedTurns   *prometheus.CounterVec // turns an app-server started that no round asked for, by action: interrupted, allowed
+	Tokens         *prometheus.CounterVec // tokens charged to the users' ledgers, by kind: input, cached_input, output, reasoning
+	BudgetRefusals prometheus.Counter     // rounds refused because their user's token budget was spent
 }
 
 // NewMetrics makes the collectors and registers them with reg (nil: not
@@ -87,6 +89,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		UnaskedTurns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "supervisor_unasked_turns_total", Help: "Turns an app-server started that no round or thread command asked for (a codex goal continuing), by what the daemon did: interrupted or allowed.",
 		}, []string{"action"}),
+		Tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "supervisor_tokens_total", Help: "Model tokens charged to the users' ledgers, by kind (input includes cached_input, output includes reasoning).",
+		}, []string{"kind"}),
+		BudgetRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "supervisor_budget_refusals_total", Help: "Rounds refused before any model request because their user's token budget was spent.",
+		}),
 		Draining: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "supervisor_draining", Help: "1 once this node admits no new rounds: it is stopping and lets the running ones finish.",
 		}),
@@ -111,8 +119,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, a := range []string{"interrupted", "allowed"} {
 		m.UnaskedTurns.WithLabelValues(a)
 	}
+	for _, k := range []string{"input", "cached_input", "output", "reasoning"} {
+		m.Tokens.WithLabelValues(k)
+	}
 	if reg != nil {
-		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads, m.Draining, m.LimitHits, m.UserReaps, m.UnaskedTurns)
+		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads, m.Draining, m.LimitHits, m.UserReaps, m.UnaskedTurns, m.Tokens, m.BudgetRefusals)
 		reg.MustRegister(m.Rounds, m.FirstDelta, m.RoundDuration, m.LiveAppServers, m.Starts,
 			m.Deaths, m.Restarts, m.Evictions, m.Logins, m.RemoteRejected, m.Users, m.RoundsInFlight)
 	}

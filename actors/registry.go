@@ -22,6 +22,10 @@ import (
 // read as unknown, are logged, and get rewritten by the next record: never
 // a crash, never a stuck thread.
 type registryActor struct {
+	cfg     *tree
+	user    string
+	dir     string // the user's folder: {Homes}/<user>
+	ledger  userLedger
 	reg     *store.Registry
 	journal *store.Journal
 	home    string
@@ -40,6 +44,7 @@ const maxUnsavedTurns = 64
 func newRegistryActor(cfg *tree, user, home string) actor.Producer {
 	return func() actor.Receiver {
 		return &registryActor{
+			cfg: cfg, user: user, dir: filepath.Dir(home),
 			reg:     store.NewRegistry(filepath.Dir(home)),
 			journal: store.NewJournal(filepath.Dir(home)),
 			home:    home,
@@ -56,10 +61,23 @@ func (a *registryActor) Receive(c *actor.Context) {
 	case actor.Started:
 		a.moveLegacy()
 		a.removeStaleTemps()
+		a.loadLedger()
+	case actor.Stopped:
+		a.flush()
 	case lookupThread:
+		if m.admit {
+			if info := a.admit(); info != nil {
+				c.Send(m.round, threadLookup{key: m.key, budget: info})
+				return
+			}
+		}
 		l := a.lookup(m.key)
 		l.key = m.key
 		c.Send(m.round, l)
+	case chargeTokens:
+		a.charge(c, m)
+	case flushLedger:
+		a.flush()
 	case recordThread:
 		err := a.record(m.key, m.threadID)
 		if m.round != nil {
@@ -80,6 +98,7 @@ func (a *registryActor) Receive(c *actor.Context) {
 			// (see syncTurns).
 			_ = a.syncTurns(m.key, all)
 		}
+		a.flush() // the round's usage came before its end
 	case messages.ListThreads:
 		deliver(c.Engine(), c.Sender(), a.list(m), a.log)
 	}

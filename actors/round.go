@@ -84,6 +84,12 @@ type roundTurn struct {
 	// goes on opening meanwhile.
 	owed bool
 	end  *eventmap.TurnEnd // what turn/completed said; nil until the turn's end came
+	// open counts the turn's items started and not completed (its root
+	// thread's); overBudget: the budget was spent while nothing ran, so
+	// the turn is interrupted at its next item (a tool, or the next
+	// request's answer), and a turn that ends first ends as it did.
+	open       int
+	overBudget bool
 }
 
 // roundVerdict is the round's verdict once decided, and the answers it
@@ -94,8 +100,9 @@ type roundVerdict struct {
 	// round's writes, and turn/start's while it is on its way (a fresh
 	// thread's record is written once it comes).
 	owed     int
-	notSaved []string // the writes that failed (earlier rounds' too)
-	limit    string   // a limit of the user's met during the round (limits.go)
+	notSaved []string            // the writes that failed (earlier rounds' too)
+	limit    string              // a limit of the user's met during the round (limits.go)
+	budget   *messages.ErrorInfo // the user's token budget, spent before or during the round (ledger.go)
 }
 
 // roundClock is the round's times, and the ticker that checks them (see
@@ -179,7 +186,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 		}
 		r.cfg.Metrics.RoundsInFlight.Inc()
 		r.log.Info("round started")
-		c.Send(r.registry, lookupThread{key: r.req.Thread, round: c.PID()})
+		c.Send(r.registry, lookupThread{key: r.req.Thread, round: c.PID(), admit: true})
 	case actor.Stopped:
 		if !r.phase.decided() {
 			r.finish(messages.StatusInterrupted, "the daemon is stopping", "")
@@ -239,6 +246,15 @@ func (r *roundActor) Receive(c *actor.Context) {
 		if !r.phase.decided() {
 			r.verdict.limit = m.resource
 		}
+	case budgetMet:
+		if !r.phase.decided() && r.verdict.budget == nil {
+			r.verdict.budget = m.info
+			if r.turn.open > 0 {
+				r.budgetStop()
+			} else {
+				r.turn.overBudget = true
+			}
+		}
 	case codexLost:
 		if !r.phase.decided() && r.out.state == outboxClosed {
 			r.finish(messages.StatusInterrupted, "the caller is unreachable", "")
@@ -295,8 +311,21 @@ func (r *roundActor) onNote(n *codexrpc.Notification, hd eventmap.Header) {
 	if eventmap.IsProgress(n) {
 		r.clock.lastProgress = time.Now()
 	}
-	if n.Method == codexproto.NoteTurnStarted {
+	switch n.Method {
+	case codexproto.NoteTurnStarted:
 		r.turn.begun = true // the CLI holds the user's message now
+	case codexproto.NoteItemStarted:
+		if hd.Err == nil && hd.Delta.ThreadID == r.thread.id {
+			r.turn.open++
+		}
+		if r.turn.overBudget {
+			r.turn.overBudget = false
+			r.budgetStop()
+		}
+	case codexproto.NoteItemCompleted:
+		if hd.Err == nil && hd.Delta.ThreadID == r.thread.id && r.turn.open > 0 {
+			r.turn.open--
+		}
 	}
 	events, end := r.mapper.Headed(n, hd)
 	if r.phase == phaseTurnStart && r.mapper.TurnID() != "" {
@@ -318,6 +347,12 @@ func (r *roundActor) onNote(n *codexrpc.Notification, hd eventmap.Header) {
 	if end != nil {
 		r.turnEnded(end)
 	}
+}
+
+// budgetStop interrupts the turn: the user's token budget is spent.
+func (r *roundActor) budgetStop() {
+	r.log.Info("interrupting the turn: the user's token budget is spent", "spent", r.verdict.budget.Spent, "budget", r.verdict.budget.Budget)
+	r.stop()
 }
 
 // currentTurn is the round's turn id: from turn/start's answer, or from
@@ -414,6 +449,16 @@ func (r *roundActor) finish(status messages.VerdictStatus, errText, info string)
 			text += ": " + v.Error
 		}
 		v.Error = text
+	}
+	if b := r.verdict.budget; b != nil && status != messages.StatusCompleted {
+		v.ErrorInfo = b
+		if status != messages.StatusRejected {
+			text := budgetText(b)
+			if v.Error != "" {
+				text += ": " + v.Error
+			}
+			v.Error = text
+		}
 	}
 	if r.turn.begun {
 		// The CLI keeps the user's message in the thread whatever the end;
@@ -526,6 +571,11 @@ func (r *roundActor) onSteer(c *actor.Context, m messages.SteerRound) {
 func (r *roundActor) looked(known threadLookup) {
 	switch r.phase {
 	case phaseLookup:
+		if known.budget != nil { // before any model request
+			r.verdict.budget = known.budget
+			r.finish(messages.StatusRejected, budgetText(known.budget), "")
+			return
+		}
 		r.thread.known = known
 		r.verdict.notSaved = append(r.verdict.notSaved, known.notSaved...) // earlier rounds' writes, failing still
 		if known.threadID != "" {

@@ -78,7 +78,8 @@ func (o *threadOpActor) Receive(c *actor.Context) {
 		o.engine, o.self = c.Engine(), c.PID()
 		engine, self := o.engine, o.self
 		o.timer = time.AfterFunc(opWait(o.cfg), func() { engine.Send(self, threadOpLate{}) })
-		c.Send(o.registry, lookupThread{key: opKey(o.cmd), round: c.PID()})
+		_, compact := o.cmd.(messages.CompactThread) // a compaction asks the model
+		c.Send(o.registry, lookupThread{key: opKey(o.cmd), round: c.PID(), admit: compact})
 	case actor.Stopped:
 		o.timer.Stop()
 		o.finish(fmt.Errorf("the daemon is stopping"))
@@ -113,6 +114,10 @@ func (o *threadOpActor) onNote(n *codexrpc.Notification) {
 // first checks that its new mesh thread is free).
 func (o *threadOpActor) looked(l threadLookup) {
 	if o.answered {
+		return
+	}
+	if l.budget != nil {
+		o.finish(errors.New(budgetText(l.budget)))
 		return
 	}
 	if fork, ok := o.cmd.(messages.ForkThread); ok && l.key == fork.NewThread {

@@ -120,6 +120,8 @@ func (u *userActor) Receive(c *actor.Context) {
 		u.checkIdle(c)
 	case appServerLive:
 		u.appLive = m.live
+	case budgetMet: // from the registry: the app-server actor stops the running turns
+		c.Send(u.codex, m)
 	case roundRequest:
 		u.active()
 		u.admit(c, m)

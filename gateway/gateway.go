@@ -318,6 +318,9 @@ func (g *Gateway) answer(w http.ResponseWriter, reply any) {
 	if status == 0 {
 		status = http.StatusOK
 	}
+	if v, ok := reply.(messages.RoundFinished); ok && status == http.StatusTooManyRequests && v.ErrorInfo.ResetsAtUnix > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, v.ErrorInfo.ResetsAtUnix-time.Now().Unix()), 10))
+	}
 	writeJSON(w, status, b)
 }
 
@@ -330,6 +333,8 @@ func (g *Gateway) answer(w http.ResponseWriter, reply any) {
 //     a round the user's actor does not know);
 //   - 409: busy (a thread with its queue full) or no running round (an
 //     interrupt, steer or answer the round refused);
+//   - 429: a round refused because its user's token budget is spent, with
+//     Retry-After (seconds until the budget frees up);
 //   - 500: the daemon could not carry it out (a Rejected of class failed:
 //     a write that failed, codex said no);
 //   - 503: the node cannot take it now (at its user cap, draining, the
@@ -355,6 +360,9 @@ func refusalStatus(reply any) int {
 	case messages.RoundFinished:
 		switch m.Status {
 		case messages.StatusRejected:
+			if m.ErrorInfo != nil && m.ErrorInfo.Class == messages.ErrorBudget {
+				return http.StatusTooManyRequests
+			}
 			return http.StatusBadRequest
 		case messages.StatusNotFound:
 			return http.StatusNotFound

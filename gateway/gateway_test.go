@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,11 @@ func stubRoot(c *actor.Context) {
 			return
 		case "invalid":
 			c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Status: messages.StatusRejected, Error: "thread is too long"})
+			return
+		case "budget":
+			c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Status: messages.StatusRejected,
+				Error:     "the user's token budget is spent: 65 of 60 tokens in the window",
+				ErrorInfo: &messages.ErrorInfo{Class: messages.ErrorBudget, Spent: 65, Budget: 60, ResetsAtUnix: time.Now().Add(2 * time.Minute).Unix()}})
 			return
 		case "capped":
 			c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Status: messages.StatusUnavailable, Error: "the node is at its cap of 2 live users"})
@@ -425,6 +431,7 @@ func TestRefusalStatuses(t *testing.T) {
 		{"unknown round, attach POST", "POST", "/v1/attach", `{"user":"a","round_id":"unknown"}`, 404, "no such round"},
 		{"unknown round, answer", "POST", "/v1/answer", `{"user":"a","round_id":"r9","request_id":"q","decision":"accept"}`, 404, "no such round"},
 		{"busy", "POST", "/v1/rounds", `{"user":"a","thread":"t","text":"busy"}`, 409, "a round running"},
+		{"budget spent", "POST", "/v1/rounds", `{"user":"a","thread":"t","text":"budget"}`, 429, "token budget is spent"},
 		{"no running round", "POST", "/v1/interrupt", `{"user":"a","thread":"t","round_id":"gone"}`, 409, "no round is running"},
 		{"too large", "POST", "/v1/rounds", `{"user":"a","thread":"t","text":"` + strings.Repeat("x", 5000) + `"}`, 413, "over 4096 bytes"},
 		{"disk full", "POST", "/v1/api_key", `{"user":"a","api_key":"sk-x"}`, 500, "no space left"},
@@ -462,6 +469,14 @@ func TestRefusalStatuses(t *testing.T) {
 			if resp.StatusCode != want || (want == 429 && !strings.Contains(string(b), `"reason":"rate"`)) {
 				t.Errorf("request %d: %d %s, want %d", i, resp.StatusCode, b, want)
 			}
+		}
+	})
+	t.Run("budget's Retry-After", func(t *testing.T) {
+		resp := post(t, base+"/v1/rounds", `{"user":"a","thread":"t","text":"budget"}`)
+		b, _ := io.ReadAll(resp.Body)
+		ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if resp.StatusCode != 429 || err != nil || ra < 110 || ra > 120 || !strings.Contains(string(b), `"class":"budget"`) {
+			t.Errorf("%d, Retry-After %q, %s: want 429, about 120 s, the budget's class", resp.StatusCode, resp.Header.Get("Retry-After"), b)
 		}
 	})
 	t.Run("refused after an event", func(t *testing.T) {

@@ -204,7 +204,7 @@ const (
 	StatusInterrupted VerdictStatus = "interrupted" // an InterruptRound stopped the turn.
 	StatusBusy        VerdictStatus = "busy"        // another round runs on the thread.
 	StatusUnavailable VerdictStatus = "unavailable" // the user's codex cannot run now (not logged in, not started, overloaded).
-	StatusRejected    VerdictStatus = "rejected"    // the StartRound failed validation.
+	StatusRejected    VerdictStatus = "rejected"    // the StartRound failed validation, or was refused (ErrorInfo says why: budget).
 )
 
 // RoundFinished is the verdict on a round: exactly one is sent for every

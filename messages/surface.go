@@ -166,6 +166,12 @@ const (
 	// was killed for memory, a fork was refused, or the home is full. On
 	// a completed round it says what the turn worked around.
 	ErrorResourceLimit ErrorClass = "resource_limit"
+	// ErrorBudget: the user's token budget on this daemon is spent: a
+	// round refused before it reached the model (status rejected), or a
+	// turn interrupted once it crossed the budget (status interrupted).
+	// ErrorInfo.Spent and Budget are the tokens, ResetsAtUnix when enough
+	// of the spend has left the budget's window for the next round.
+	ErrorBudget ErrorClass = "budget"
 	// ErrorOther: anything else.
 	ErrorOther ErrorClass = "other"
 )
@@ -186,6 +192,10 @@ type ErrorInfo struct {
 	// Resource is the limit met, with ErrorResourceLimit: "memory",
 	// "pids" or "disk".
 	Resource string `msgpack:"resource,omitempty"`
+	// Spent and Budget are the user's tokens in the budget's window and
+	// the budget, with ErrorBudget.
+	Spent  int64 `msgpack:"spent,omitempty"`
+	Budget int64 `msgpack:"budget,omitempty"`
 }
 
 // validateSurface checks the StartRound fields of the wider surface.

@@ -53,7 +53,17 @@ const (
 	exitUnavailable = 5
 	exitRejected    = 6
 	exitNoVerdict   = 7 // no verdict: the daemon unreachable, refusing the message, or the --timeout passed
+	exitBudget      = 8 // the user's token budget is spent: refused before the model, or interrupted at the budget
 )
+
+// verdictExit is the exit code of a verdict: its status's, but a round
+// refused or stopped by its user's token budget has its own.
+func verdictExit(v messages.RoundFinished) int {
+	if v.ErrorInfo != nil && v.ErrorInfo.Class == messages.ErrorBudget && v.Status != messages.StatusCompleted {
+		return exitBudget
+	}
+	return roundExit(v.Status)
+}
 
 // roundExit is the exit code of a verdict status.
 func roundExit(s messages.VerdictStatus) int {
@@ -83,7 +93,9 @@ them. The MCP bearer token comes from $SUPERVISOR_MCP_TOKEN; --addr and
 
 Exit status: 0 completed, 1 failed (or another error), 2 usage,
 3 interrupted, 4 busy, 5 unavailable, 6 rejected, 7 no verdict (daemon
-unreachable, message refused, or --timeout passed).
+unreachable, message refused, or --timeout passed), 8 the user's token
+budget is spent (refused before the model, or interrupted at the budget;
+the status line says when it frees up).
 
 `
 
@@ -143,7 +155,7 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return exitError{code: exitNoVerdict, err: err}
 	}
-	if code := roundExit(v.Status); code != 0 {
+	if code := verdictExit(v); code != 0 {
 		return exitError{code: code}
 	}
 	return nil

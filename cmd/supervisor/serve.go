@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshweaver/supervisor/actors"
+	"github.com/meshweaver/supervisor/actors/budget"
 	"github.com/meshweaver/supervisor/codexproc"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/demomodel"
@@ -56,6 +57,7 @@ type serveOptions struct {
 	op             operatorOptions
 	isolation      isolationOptions
 	limits         limitOptions
+	budgets        budgetOptions
 	cluster        clusterOptions
 	callers        callerOptions
 
@@ -101,6 +103,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	o.op.register(fs)
 	o.isolation.register(fs)
 	o.limits.register(fs)
+	o.budgets.register(fs)
 	o.cluster.register(fs)
 	fs.StringVar(&o.authz, "authz", "", "authorization `FILE` (JSON) mapping peer certificate identities to the users and message kinds they may send (docs/SECURITY.md); required with mutual TLS")
 	fs.BoolVar(&o.authzAllowAny, "authz-allow-any", false, "with mutual TLS and no --authz: let every certificate of the CA act for every user (warned at every start)")
@@ -165,6 +168,9 @@ func (o *serveOptions) validate() error {
 	}
 	errs = append(errs, o.callers.validate(o.tls.enabled(), o.allowPlaintext)...)
 	if err := o.isolation.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.budgets.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := o.limits.validate(); err != nil {
@@ -306,6 +312,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.Warn("unmounting the users' home images", "err", err)
 		}
 	}()
+	rules, _ := o.budgets.rules() // validated
+	budgets := budget.NewHolder(rules)
 	reg := newRegistry()
 	reg.MustRegister(bi.gauge())
 	metrics := actors.NewMetrics(reg)
@@ -340,6 +348,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CallerGrace: o.callers.callerGrace, RoundRetention: o.callers.roundRetention,
 	}, actors.Deps{
 		Logger: log, Metrics: metrics, Placement: placement, Isolation: iso, Contain: cgroups, Disk: disk,
+		Budgets: budgets,
 	}, edgeOptions{
 		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
 		limits:     remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
@@ -392,6 +401,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					reload(args, o, level, certs, log)
 					if o2, err := loadServeOptions(args, os.LookupEnv, io.Discard); err == nil {
 						o2.limits.reload(cgroups, disk, log)
+						o2.budgets.reload(budgets, log)
 					}
 				case <-quit:
 					return nil
