@@ -297,8 +297,8 @@ func (a *appServerActor) Receive(c *actor.Context) {
 	case warmUp:
 		a.redact.Add(m.secrets...)
 		a.command(m)
-	case messages.UsageRequest:
-		deliver(a.engine, c.Sender(), a.limits.usage(a.user, a.cfg.Contain), a.log)
+	case messages.UsageRequest: // the registry adds the ledger and answers
+		a.engine.Send(a.registry, usageTokens{resp: a.limits.usage(a.user, a.cfg.Contain), to: c.Sender()})
 	case threadLookup:
 		a.looked(m)
 	case budgetMet:

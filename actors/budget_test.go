@@ -220,3 +220,38 @@ func TestLedgerOutsideTheHome(t *testing.T) {
 		t.Errorf("the ledger %s is inside CODEX_HOME %s", f.Path(), home)
 	}
 }
+
+// The usage answer carries the ledger and the budget: the spend in the
+// window per model, the totals, and when a spent budget frees up.
+func TestUsageCarriesTheLedger(t *testing.T) {
+	holder := budget.NewHolder(budget.Rules{Tokens: 20, Window: time.Hour, CachedInput: true})
+	h := budgetHarness(t, t.TempDir(), holder)
+	c := h.caller()
+	for i := 1; i <= 2; i++ {
+		h.round(c, messages.StartRound{User: "alice", Thread: "t1", Text: "hi", RoundID: fmt.Sprint("a", i)})
+	}
+	h.engine.SendWithSender(h.root, messages.UsageRequest{User: "alice"}, c.pid)
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case m := <-c.ch:
+			u, ok := m.(messages.UsageResponse)
+			if !ok {
+				continue
+			}
+			tk := u.Tokens
+			if tk == nil || tk.Spent != 26 || tk.Budget != 20 || tk.WindowSeconds != 3600 || tk.FreesAtUnix == 0 {
+				t.Fatalf("tokens %+v: want 26 of 20 in an hour, with a reset", tk)
+			}
+			if len(tk.Window) != 1 || tk.Window[0].Model != demomodel.Model || tk.Window[0].Input != 20 || tk.Window[0].Output != 6 {
+				t.Errorf("per model %+v: want the mock model's 20 in and 6 out", tk.Window)
+			}
+			if len(tk.Total) != 1 || tk.Total[0] != tk.Window[0] {
+				t.Errorf("totals %+v, want the window's", tk.Total)
+			}
+			return
+		case <-deadline:
+			t.Fatal("no usage answer")
+		}
+	}
+}

@@ -12,6 +12,8 @@ package actors
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/meshweaver/supervisor/actors/budget"
@@ -38,6 +40,13 @@ type chargeTokens struct {
 // that the user's spend has reached the budget: running turns are
 // interrupted, and the rounds' verdicts say why.
 type budgetMet struct{ info *messages.ErrorInfo }
+
+// usageTokens is a UsageResponse on its way from the app-server actor to
+// its caller (to), for the registry to add the ledger to.
+type usageTokens struct {
+	resp messages.UsageResponse
+	to   *actor.PID
+}
 
 // flushLedger is the registry actor's timer: write the ledger.
 type flushLedger struct{}
@@ -152,6 +161,29 @@ func (a *registryActor) flush() {
 		return
 	}
 	a.ledger.dirty = false
+}
+
+// tokenUsage is the ledger and the budget, for a UsageResponse.
+func (a *registryActor) tokenUsage() *messages.TokenUsage {
+	r, now := a.rules(), time.Now()
+	w := r.WindowOr()
+	s := a.ledger.l.Spent(now, w, r.CachedInput)
+	u := &messages.TokenUsage{WindowSeconds: int64(w / time.Second), Budget: r.Of(a.user), Spent: s.Cost,
+		Damaged: s.Damaged, SinceUnix: a.ledger.l.Since, Window: modelTokens(s.Models), Total: modelTokens(a.ledger.l.Totals)}
+	if u.Budget > 0 && (s.Cost >= u.Budget || s.Damaged) {
+		u.FreesAtUnix = a.ledger.l.FreesAt(now, w, u.Budget, r.CachedInput).Unix()
+	}
+	return u
+}
+
+// modelTokens is per-model counts as the message's, by model name.
+func modelTokens(m map[string]store.Tokens) []messages.ModelTokens {
+	out := make([]messages.ModelTokens, 0, len(m))
+	for _, model := range slices.Sorted(maps.Keys(m)) {
+		t := m[model]
+		out = append(out, messages.ModelTokens{Model: model, Input: t.Input, CachedInput: t.CachedInput, Output: t.Output, Reasoning: t.Reasoning})
+	}
+	return out
 }
 
 // budgetText is the verdict's text of a budget refusal or interruption.

@@ -76,6 +76,9 @@ func (a *registryActor) Receive(c *actor.Context) {
 		c.Send(m.round, l)
 	case chargeTokens:
 		a.charge(c, m)
+	case usageTokens:
+		m.resp.Tokens = a.tokenUsage()
+		deliver(c.Engine(), m.to, m.resp, a.log)
 	case flushLedger:
 		a.flush()
 	case recordThread:

@@ -242,5 +242,38 @@ type UsageResponse struct {
 	// OOM kills and refused forks.
 	OOMKills     int64  `msgpack:"oom_kills,omitempty"`
 	PidsRefusals int64  `msgpack:"pids_refusals,omitempty"`
-	Error        string `msgpack:"error,omitempty"`
+	// Tokens is the user's token ledger and budget; nil when it could not
+	// be read.
+	Tokens *TokenUsage `msgpack:"tokens,omitempty"`
+	Error  string      `msgpack:"error,omitempty"`
+}
+
+// TokenUsage is a user's token spend on this daemon: in the budget's
+// window (what counts against the budget, per model), and since the
+// ledger began.
+type TokenUsage struct {
+	// WindowSeconds is the budget's rolling window; Budget the user's
+	// budget in it (0: none); Spent what counts against it now, and
+	// FreesAtUnix, when Spent is at the budget, when the next round may
+	// run. Damaged says the ledger was damaged less than a window ago
+	// and counts as the whole budget.
+	WindowSeconds int64 `msgpack:"window_seconds,omitempty"`
+	Budget        int64 `msgpack:"budget,omitempty"`
+	Spent         int64 `msgpack:"spent,omitempty"`
+	FreesAtUnix   int64 `msgpack:"frees_at_unix,omitempty"`
+	Damaged       bool  `msgpack:"damaged,omitempty"`
+	// Window is the spend in the window per model; Total since SinceUnix.
+	Window    []ModelTokens `msgpack:"window,omitempty"`
+	Total     []ModelTokens `msgpack:"total,omitempty"`
+	SinceUnix int64         `msgpack:"since_unix,omitempty"`
+}
+
+// ModelTokens are the tokens of one model: Input includes CachedInput,
+// Output includes Reasoning, as the API reports them.
+type ModelTokens struct {
+	Model       string `msgpack:"model,omitempty"`
+	Input       int64  `msgpack:"input,omitempty"`
+	CachedInput int64  `msgpack:"cached_input,omitempty"`
+	Output      int64  `msgpack:"output,omitempty"`
+	Reasoning   int64  `msgpack:"reasoning,omitempty"`
 }

@@ -199,8 +199,11 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 	return nil
 }
 
-// printUsage writes a user's usage against the limits, one line each.
+// printUsage writes a user's usage against the limits, one line each,
+// then the tokens: in the budget's window and since the ledger began,
+// per model.
 func printUsage(w io.Writer, m messages.UsageResponse) {
+	printTokens(w, m.Tokens)
 	if !m.Live {
 		fmt.Fprintln(w, "no app-server has run for this user since its actor started (nothing to measure)")
 		return
@@ -210,6 +213,34 @@ func printUsage(w io.Writer, m messages.UsageResponse) {
 	fmt.Fprintf(w, "cpu\t%.1fs used, at most %s cores\n", m.CPUSeconds, contain.FormatCPU(m.CPUMax))
 	if m.DiskMaxBytes > 0 {
 		fmt.Fprintf(w, "disk\t%s of %s\n", human(m.DiskBytes), contain.FormatSize(m.DiskMaxBytes))
+	}
+}
+
+// printTokens writes a user's token ledger and budget.
+func printTokens(w io.Writer, u *messages.TokenUsage) {
+	if u == nil {
+		return
+	}
+	window := (time.Duration(u.WindowSeconds) * time.Second).String()
+	switch {
+	case u.Budget > 0:
+		fmt.Fprintf(w, "tokens\t%d of %d in the last %s", u.Spent, u.Budget, window)
+		if u.FreesAtUnix > 0 {
+			fmt.Fprintf(w, " (spent: the next round may run at %s)", time.Unix(u.FreesAtUnix, 0).UTC().Format(time.RFC3339))
+		}
+		fmt.Fprintln(w)
+	default:
+		fmt.Fprintf(w, "tokens\t%d in the last %s (no budget)\n", u.Spent, window)
+	}
+	if u.Damaged {
+		fmt.Fprintln(w, "tokens\tthe ledger was damaged: it counts as the whole budget for a window")
+	}
+	for _, t := range u.Window {
+		fmt.Fprintf(w, "  window\t%s\tinput %d (cached %d), output %d (reasoning %d)\n", t.Model, t.Input, t.CachedInput, t.Output, t.Reasoning)
+	}
+	for _, t := range u.Total {
+		fmt.Fprintf(w, "  since %s\t%s\tinput %d (cached %d), output %d (reasoning %d)\n",
+			time.Unix(u.SinceUnix, 0).UTC().Format(time.DateOnly), t.Model, t.Input, t.CachedInput, t.Output, t.Reasoning)
 	}
 }
 
