@@ -25,8 +25,8 @@ import (
 )
 
 // ledgerFlush is how long a charge may wait in memory before the ledger
-// is written: writes are batched, never one per report. A round's end
-// writes it before the verdict (with the journal).
+// is written: writes are batched, at most one a second whatever the
+// rounds, never one per report.
 const ledgerFlush = time.Second
 
 // chargeTokens is a usage report of one of the user's threads, for the

@@ -101,7 +101,6 @@ func (a *registryActor) Receive(c *actor.Context) {
 			// (see syncTurns).
 			_ = a.syncTurns(m.key, all)
 		}
-		a.flush() // the round's usage came before its end
 	case messages.ListThreads:
 		deliver(c.Engine(), c.Sender(), a.list(m), a.log)
 	}
