@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -23,7 +24,12 @@ func (r *run) mcpFront(ctx context.Context) error {
 		return err
 	}
 	defer srv.Close()
-	front, err := mcpfront.New(mcpfront.Options{Logger: slog.New(slog.DiscardHandler)})
+	up, err := url.Parse(srv.URL())
+	if err != nil {
+		return err
+	}
+	// mcpecho is on loopback, which the front reaches only by name.
+	front, err := mcpfront.New(mcpfront.Options{Logger: slog.New(slog.DiscardHandler), Allow: []string{up.Host}})
 	if err != nil {
 		return err
 	}

@@ -68,6 +68,22 @@ type Options struct {
 	// the connection's remote and local addresses (default: the kernel's,
 	// peeruid.Lookup, within 250ms).
 	PeerUID func(peer, local netip.AddrPort) (uint32, error)
+	// Allow names the upstreams (HOST:PORT, as in the round's MCP URL,
+	// the port written out) the front may reach although they are on this
+	// host, loopback or link-local (dest.go); every other such address is
+	// refused at connect time with 403. A proxy on this host must be
+	// allowed too.
+	Allow []string
+	// HostAddrs lists this host's addresses (default: its interfaces').
+	HostAddrs func() ([]netip.Addr, error)
+	// CheckDestination, when set, replaces the rule of the addresses the
+	// front refuses (dest.go): an error wrapping ErrDestination refuses
+	// a. Tests whose upstreams are on loopback set one.
+	CheckDestination func(a netip.Addr) error
+	// Conns, when set, is where the front keeps the local ends of its
+	// upstream connections, for the daemon's listeners (Conns.Guard);
+	// nil: a set of its own.
+	Conns *Conns
 }
 
 // Front is the loopback reverse proxy. Its methods are safe for concurrent
@@ -78,6 +94,8 @@ type Front struct {
 	base      string // http://127.0.0.1:port
 	srv       *http.Server
 	transport *http.Transport
+	guard     *destGuard
+	out       *Conns          // the local ends of its upstream connections
 	ctx       context.Context // every request's base; cancelled by Close
 	cancel    context.CancelFunc
 	served    chan struct{} // closed when Serve has returned
@@ -139,7 +157,13 @@ func New(opts Options) (*Front, error) {
 		return nil, fmt.Errorf("mcpfront: listening on %s: %w", opts.Listen, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	guard := newDestGuard(opts.Allow, opts.HostAddrs)
+	guard.rule = opts.CheckDestination
+	if opts.Conns == nil {
+		opts.Conns = &Conns{}
+	}
 	f := &Front{
+		guard: guard, out: opts.Conns,
 		opts: opts, log: opts.Logger,
 		base:   "http://" + ln.Addr().String(),
 		ctx:    ctx,
@@ -150,8 +174,15 @@ func New(opts Options) (*Front, error) {
 		owners: map[string]uint32{},
 		warns:  rate.NewLimiter(rate.Every(6*time.Second), 10),
 		transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			Proxy: func(r *http.Request) (*url.URL, error) {
+				u, err := http.ProxyFromEnvironment(r)
+				if u != nil && err == nil { // the proxy connects: its destination is checked here
+					if err := guard.checkName(r.Context(), hostPort(r.URL)); err != nil {
+						return nil, err
+					}
+				}
+				return u, err
+			},
 			ForceAttemptHTTP2:     true,
 			MaxIdleConns:          64,
 			MaxIdleConnsPerHost:   16,
@@ -160,6 +191,7 @@ func New(opts Options) (*Front, error) {
 			ResponseHeaderTimeout: opts.HeaderTimeout,
 		},
 	}
+	f.transport.DialContext = guard.dialer(opts.DialTimeout, f.out.add)
 	f.srv = &http.Server{
 		Handler:           http.HandlerFunc(f.serveHTTP),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -422,6 +454,8 @@ func (f *Front) fail(w http.ResponseWriter, r *http.Request, key Key, host strin
 		f.log.Debug("mcp front: request ended by its client", "user", userTag(key.User))
 		w.WriteHeader(http.StatusBadGateway)
 		return
+	case errors.Is(err, ErrDestination):
+		status, msg = http.StatusForbidden, "mcpfront: the MCP server's address is refused: it is on this host, loopback or link-local; the operator may allow it with --allow-destination HOST:PORT"
 	case errors.As(err, &ne) && ne.Timeout():
 		status, msg = http.StatusGatewayTimeout, "mcpfront: the MCP server did not answer in time"
 	}
@@ -431,6 +465,27 @@ func (f *Front) fail(w http.ResponseWriter, r *http.Request, key Key, host strin
 	}
 	f.log.Warn("mcp front: forwarding failed", "user", userTag(key.User), "upstream", host, "status", status, "err", err)
 	http.Error(w, msg+" ("+strconv.Itoa(status)+")", status)
+}
+
+// SetAllowed replaces Options.Allow (a reload): connections made from now
+// on are checked against the new names.
+func (f *Front) SetAllowed(allow []string) { f.guard.setAllowed(allow) }
+
+// Outgoing reports whether ap is the local end of one of the front's
+// upstream connections: the daemon's listeners refuse those, so that an
+// allowed destination that leads back to the daemon does not make the
+// front a deputy either.
+func (f *Front) Outgoing(ap netip.AddrPort) bool { return f.out.Has(ap) }
+
+// hostPort is u's host and port, the scheme's default port written out.
+func hostPort(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return net.JoinHostPort(u.Hostname(), p)
+	}
+	if u.Scheme == "https" {
+		return net.JoinHostPort(u.Hostname(), "443")
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
 }
 
 // userTag names a user in logs as the daemon's actors do

@@ -49,6 +49,12 @@ type edgeOptions struct {
 	// lets use only their own user's URLs (nil: no check; the guard's
 	// range).
 	userUIDs func(uint32) bool
+	// allowDestinations are the MCP upstreams (HOST:PORT) the front may
+	// reach on this host, loopback or link-local (--allow-destination).
+	allowDestinations []string
+	// frontConns is where the MCP front keeps its upstream connections,
+	// which the listeners close (the listener guard's; nil: its own).
+	frontConns *mcpfront.Conns
 	// dialVerify verifies each TLS dial by the address dialled
 	// (remote.Config.WithDialVerify; nil: the TLS config's own check).
 	dialVerify func(addr string) func(tls.ConnectionState) error
@@ -112,7 +118,7 @@ func startDaemonEdge(listen string, tlsConf *tls.Config, cfg actors.Config, deps
 	// is closed after the tree (stop), when no thread uses it any more.
 	front := deps.MCPFront
 	if front == nil {
-		if front, err = mcpfront.New(mcpfront.Options{Logger: deps.Logger, UserUID: eo.userUIDs}); err != nil {
+		if front, err = mcpfront.New(mcpfront.Options{Logger: deps.Logger, UserUID: eo.userUIDs, Allow: eo.allowDestinations, Conns: eo.frontConns}); err != nil {
 			rem.Stop().Wait()
 			return nil, nil, err
 		}

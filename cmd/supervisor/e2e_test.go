@@ -335,6 +335,7 @@ func TestMCPBackConnection(t *testing.T) {
 	}
 	run := func(t *testing.T, e *env, s *mcpecho.Server, user string) (roundResult, *messages.ToolCall, *messages.ToolResult) {
 		t.Helper()
+		e.allowMCP(s.URL())
 		e.model.Enqueue(
 			demomodel.Respond(demomodel.MCPCall("call-mcp", "meshweaver", "echo", `{"text":"hi there"}`)),
 			demomodel.Text("done"),
@@ -425,6 +426,7 @@ func TestMCPSettingsFollowEachRound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.allowMCP(s.URL())
 	t.Cleanup(s.Close)
 	const user = "quinn"
 	echo := func(id string) demomodel.Script {
@@ -490,6 +492,7 @@ func TestMCPApprovalFollowsAutoApprove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.allowMCP(s.URL())
 	t.Cleanup(s.Close)
 	for _, auto := range []bool{false, true} {
 		id := map[bool]string{false: "call-ask", true: "call-auto"}[auto]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -180,6 +181,18 @@ func (e *env) start() {
 	if c.engine.Address() == d.engine.Address() {
 		e.t.Fatalf("the caller and the daemon share the address %s", addr)
 	}
+}
+
+// allowMCP lets the daemon's MCP front reach the test's MCP server at
+// rawURL, on loopback (--allow-destination), now and after a restart.
+func (e *env) allowMCP(rawURL string) {
+	e.t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.edge.allowDestinations = append(e.edge.allowDestinations, u.Host)
+	e.d.front.SetAllowed(e.edge.allowDestinations)
 }
 
 // stop stops the caller, then the daemon (which stops every app-server).

@@ -71,6 +71,8 @@ func testMCPFrontEdge(t *testing.T, mutate func(*daemonSetup), eo edgeOptions) {
 			mutate(c)
 		}
 	}, eo, nil)
+	e.allowMCP(s1.URL())
+	e.allowMCP(s2.URL())
 	const user, thread = "uma", "mcp/front"
 	tokens := []string{"front-token-1-9d2c", "front-token-2-77ab", "front-token-3-e410", "front-token-4-5c3b"}
 	round := func(i int, s *mcpecho.Server) {

@@ -282,7 +282,7 @@ func (r *tlsReloader) reload(t tlsOptions) error {
 // --- SIGHUP ---
 
 // reloadable are the settings SIGHUP applies while serving.
-var reloadable = append([]string{"log-level", "tls-cert", "tls-key", "tls-ca", "user-memory-max", "user-pids-max", "user-cpu-max", "user-disk-max"}, budgetFlags...)
+var reloadable = append([]string{"log-level", "tls-cert", "tls-key", "tls-ca", "user-memory-max", "user-pids-max", "user-cpu-max", "user-disk-max", "allow-destination"}, budgetFlags...)
 
 // reload rereads serve's settings (the same command line, the environment
 // and the --config file) and applies the reloadable ones: the TLS files

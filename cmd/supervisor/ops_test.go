@@ -737,7 +737,7 @@ func TestHelpServeDocumentsEveryFlag(t *testing.T) {
 			t.Errorf("-%s: the description %q says too little", f.Name, doc)
 		}
 		switch f.DefValue {
-		case "", "false", "[]": // zero defaults are not printed
+		case "", "false", "[]", "0": // zero defaults are not printed
 		default:
 			if !strings.Contains(doc, "(default "+f.DefValue+")") && !strings.Contains(doc, "(default "+strconv.Quote(f.DefValue)+")") {
 				t.Errorf("-%s: the description %q does not show the default %q", f.Name, doc, f.DefValue)

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/meshweaver/supervisor/isolate"
+	"github.com/meshweaver/supervisor/mcpfront"
 	"github.com/meshweaver/supervisor/peeruid"
 )
 
@@ -22,6 +24,9 @@ type listenerGuard struct {
 	uids isolate.Range // refused; empty: the guard is off
 	off  string        // why it is off, for the warning
 	rep  *peeruid.Reporter
+	// front is the MCP front's upstream connections: one that arrives at
+	// a listener is closed unread, whether or not uids are switched.
+	front *mcpfront.Conns
 }
 
 // guardedListeners are the daemon's listeners the guard wraps.
@@ -53,19 +58,34 @@ func newListenerGuard(uids isolate.Range, reg prometheus.Registerer, log *slog.L
 		reg.MustRegister(refused)
 	}
 	g.rep = &peeruid.Reporter{Log: log, Count: func(l, r string) { refused.WithLabelValues(l, r).Inc() }}
+	for _, l := range guardedListeners {
+		refused.WithLabelValues(l, reasonMCPFront)
+	}
+	warns := rate.NewLimiter(rate.Every(6*time.Second), 10)
+	g.front = &mcpfront.Conns{OnDrop: func(l string) {
+		refused.WithLabelValues(l, reasonMCPFront).Inc()
+		if warns.Allow() {
+			log.Warn("a connection of the MCP front to a daemon listener was closed: a round's MCP URL leads back to this daemon", "listener", l)
+		}
+	}}
 	return g
 }
 
 // active reports whether the users' uids are refused.
 func (g *listenerGuard) active() bool { return g != nil && !g.uids.Empty() }
 
-// wrap is the guard of the listener called name; nil when the guard is off.
+// reasonMCPFront is the refusal of a connection the MCP front made.
+const reasonMCPFront = "mcp-front"
+
+// wrap is the guard of the listener called name: the MCP front's own
+// connections are closed, and, when the guard is on, the users' uids'.
 func (g *listenerGuard) wrap(name string) func(net.Listener) net.Listener {
-	if !g.active() {
-		return nil
-	}
-	uids := g.uids
+	uids, active := g.uids, g.active()
 	return func(ln net.Listener) net.Listener {
+		ln = g.front.Guard(name, ln)
+		if !active {
+			return ln
+		}
 		return peeruid.Wrap(ln, peeruid.Config{Name: name, Refuse: uids.Has, OnRefuse: g.rep.Report})
 	}
 }
@@ -86,10 +106,7 @@ func (g *listenerGuard) listen(name, addr string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	if w := g.wrap(name); w != nil {
-		return w(ln), nil
-	}
-	return ln, nil
+	return g.wrap(name)(ln), nil
 }
 
 // probePeerUID checks that the kernel names this process's uid as the

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +38,7 @@ type serveOptions struct {
 	codex          string
 	overrides      stringList
 	codexEnv       stringList
+	allowDest      stringList
 	goals          bool
 	unaskedTurns   string
 	sandbox        string
@@ -81,6 +84,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.StringVar(&o.codex, "codex", "", "codex `PATH` (default: $CODEX_BIN, then codex on PATH; with --demo-model and neither, the project-local install); where the users' uids cannot reach it, it is run from hard links (or a copy) under "+isolate.DefaultCLILinks)
 	fs.Var(&o.overrides, "codex-override", "`key=value` passed to every app-server as -c (repeatable)")
 	fs.Var(&o.codexEnv, "codex-env", "`KEY=VALUE` added to every app-server's environment (repeatable); nothing else of the daemon's environment reaches it beyond PATH, HOME and locale")
+	fs.Var(&o.allowDest, "allow-destination", "`HOST:PORT` of an MCP server on this host, loopback or link-local that rounds' MCP back-connections may reach (repeatable; every other such address is refused: the daemon never connects there on an agent's behalf)")
 	fs.BoolVar(&o.goals, "codex-goals", false, "let codex offer the model its goal tools (create_goal and the others): a goal makes the app-server run turns of its own after its round's verdict, which --unasked-turns then decides")
 	fs.StringVar(&o.unaskedTurns, "unasked-turns", actors.UnaskedInterrupt, "what to do with a turn an app-server starts that no round asked for (a codex goal continuing): interrupt or allow; either way it is counted and logged")
 	fs.StringVar(&o.sandbox, "sandbox", codexproto.SandboxReadOnly, "sandbox of codex threads: read-only, workspace-write or danger-full-access")
@@ -138,6 +142,13 @@ func (o *serveOptions) validate() error {
 	for _, kv := range o.overrides {
 		if k, _, _ := strings.Cut(kv, "="); strings.TrimSpace(k) == "features.goals" {
 			errs = append(errs, fmt.Errorf("--codex-override %s: the daemon sets features.goals itself; use --codex-goals", kv))
+		}
+	}
+	for _, hp := range o.allowDest {
+		if _, port, err := net.SplitHostPort(hp); err != nil || port == "" || strings.ContainsAny(hp, "/?#@") {
+			errs = append(errs, fmt.Errorf("--allow-destination %q is not HOST:PORT", hp))
+		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			errs = append(errs, fmt.Errorf("--allow-destination %q: the port is not 1-65535", hp))
 		}
 	}
 	switch o.unaskedTurns {
@@ -351,10 +362,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Budgets: budgets,
 	}, edgeOptions{
 		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
-		limits:     remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
-		listener:   guard.wrap("remote"),
-		dialVerify: certs.dialVerify(),
-		userUIDs:   guard.userUIDs(),
+		limits:            remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
+		listener:          guard.wrap("remote"),
+		dialVerify:        certs.dialVerify(),
+		userUIDs:          guard.userUIDs(),
+		allowDestinations: o.allowDest,
+		frontConns:        guard.front,
 	})
 	if err != nil {
 		return err
@@ -402,6 +415,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					if o2, err := loadServeOptions(args, os.LookupEnv, io.Discard); err == nil {
 						o2.limits.reload(cgroups, disk, log)
 						o2.budgets.reload(budgets, log)
+						d.front.SetAllowed(o2.allowDest)
 					}
 				case <-quit:
 					return nil
