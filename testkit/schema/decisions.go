@@ -4,8 +4,10 @@ package schema
 // method, notification and item type of the CLI's protocol. The tests
 // (decisions_test.go) hold it to the pinned CLI's schema (every name has a
 // decision, every decision names something the CLI has), to DaemonUses
-// (a name is used exactly when it has a row there) and to actors/policy (a
-// refused server request is answered "method not found").
+// (a name is used exactly when it has a row there), to actors/policy (a
+// refused server request is answered "method not found"), and to the
+// table in docs/PROTOCOL.md, which RenderDecisions writes from it
+// (decisionsdoc.go).
 
 // Decision is what the daemon does with one name of the CLI's protocol.
 type Decision string
@@ -79,7 +81,7 @@ func decisionGroups() []group {
 		{ClientRequest, Used, "the fork thread command, without turns (actors/threadops.go)", []string{"thread/fork"}},
 		{ClientRequest, Used, "the archive thread command", []string{"thread/archive"}},
 		{ClientRequest, Used, "unloads a thread from its app-server (actors/appthreads.go)", []string{"thread/unsubscribe"}},
-		{ClientRequest, Used, "names a new codex thread after its mesh thread (mw-<key>)", []string{"thread/name/set"}},
+		{ClientRequest, Used, "names a new codex thread after its mesh thread (`mw-<key>`)", []string{"thread/name/set"}},
 		{ClientRequest, Used, "the compact thread command; its turn counts as asked for (actors/asked.go)", []string{"thread/compact/start"}},
 		{ClientRequest, Used, "typed in codexproto (ThreadListParams) and checked by the schema tests; no actor calls it yet", []string{"thread/list"}},
 		{ClientRequest, Used, "the health probe of a live app-server", []string{"thread/loaded/list"}},
@@ -97,7 +99,7 @@ func decisionGroups() []group {
 		// Client requests refused on purpose.
 		{ClientRequest, Refused, `goals are off (features.goals=false, "Turns no round started: goals"); ` + item2,
 			[]string{"thread/goal/set", "thread/goal/get", "thread/goal/clear"}},
-		{ClientRequest, Refused, `runs model requests or turns no round asked for ("Turns no round started")`,
+		{ClientRequest, Refused, `part of a feature that runs model requests or turns no round asked for ("Turns no round started")`,
 			[]string{"thread/sample", "thread/sample/cancel", "thread/prediction/request", "thread/guardianReview",
 				"thread/queue/add", "thread/queue/list", "thread/queue/update", "thread/queue/delete", "thread/queue/reorder", "thread/queue/start"}},
 		{ClientRequest, Refused, "writes raw model items into a thread's history: only its rounds change it",
@@ -196,7 +198,7 @@ func decisionGroups() []group {
 			[]string{"account/chatgptAuthTokens/refresh"}},
 		{ServerRequest, Refused, "answered \"method not found\" (actors/policy): sent only to clients that opt in (capabilities.requestAttestation); the daemon does not",
 			[]string{"attestation/generate"}},
-		{ServerRequest, Refused, "answered \"method not found\" (actors/policy): approvals of the legacy APIs; the daemon's turns (turn/start) ask with item/*/requestApproval",
+		{ServerRequest, Refused, "answered \"method not found\" (actors/policy): approvals of the legacy APIs; the daemon's turns (turn/start) ask with `item/*/requestApproval`",
 			[]string{"applyPatchApproval", "execCommandApproval"}},
 
 		// Server notifications the daemon reads: one DaemonUses row each.
@@ -250,10 +252,10 @@ func decisionGroups() []group {
 		{ThreadItem, Used, "a thread's transcript (thread/read)", []string{"userMessage"}},
 		{ThreadItem, Used, "a round's text and answer", []string{"agentMessage"}},
 		{ThreadItem, Used, "a round's reasoning", []string{"reasoning"}},
-		{ThreadItem, Used, "a tool call and its result: shell", []string{"commandExecution"}},
-		{ThreadItem, Used, "a tool call and its result: apply_patch, with its diffs", []string{"fileChange"}},
-		{ThreadItem, Used, "a tool call and its result: mcp__<server>__<tool>", []string{"mcpToolCall"}},
-		{ThreadItem, Used, "a tool call and its result: web_search", []string{"webSearch"}},
+		{ThreadItem, Used, "a tool call and its result: `shell`", []string{"commandExecution"}},
+		{ThreadItem, Used, "a tool call and its result: `apply_patch`, with its diffs", []string{"fileChange"}},
+		{ThreadItem, Used, "a tool call and its result: `mcp__<server>__<tool>`", []string{"mcpToolCall"}},
+		{ThreadItem, Used, "a tool call and its result: `web_search`", []string{"webSearch"}},
 		{ThreadItem, Used, "a tool call and its result (no dynamic tools are declared yet: issue 35 item 3)", []string{"dynamicToolCall"}},
 		{ThreadItem, Used, "a subagent's start, activity and end", []string{"collabAgentToolCall", "subAgentActivity"}},
 		{ThreadItem, NotUsed, item7, []string{"plan", "contextCompaction", "imageView"}},
