@@ -1,5 +1,11 @@
 package schema
 
+import (
+	"fmt"
+
+	"github.com/meshweaver/supervisor/codexproto"
+)
+
 // This file is the one source of truth for what the daemon does with each
 // method, notification and item type of the CLI's protocol. The tests
 // (decisions_test.go) hold it to the pinned CLI's schema (every name has a
@@ -38,6 +44,28 @@ type Decided struct {
 	Name     string // a method, or an item type for ThreadItem
 	Decision Decision
 	Reason   string
+	// Since and Gone bound the CLI versions the decision is for: from
+	// Since, the first that has the name, up to but not including Gone,
+	// the first that no longer has it; "" is no bound. They let the table
+	// decide the names of a CLI newer than the pin before the pin moves
+	// (decisionSpans).
+	Since, Gone string
+}
+
+// For reports whether d is in force for the CLI of the given version
+// ("" or unreadable: every decision is; CheckTable reports bad bounds).
+func (d Decided) For(version string) bool {
+	v, err := codexproto.ParseVersion(version)
+	if err != nil {
+		return true
+	}
+	if since, err := codexproto.ParseVersion(d.Since); err == nil && !v.AtLeast(since) {
+		return false
+	}
+	if gone, err := codexproto.ParseVersion(d.Gone); err == nil && v.AtLeast(gone) {
+		return false
+	}
+	return true
 }
 
 func (d Decided) key() string { return string(d.Kind) + " " + d.Name }
@@ -51,15 +79,39 @@ type group struct {
 }
 
 // Decisions returns the decision for every name of the pinned CLI's
-// protocol (as GenerateExperimental writes it), one per name.
+// protocol (as GenerateExperimental writes it), one per name, and for the
+// names of newer CLIs that decisionSpans bounds.
 func Decisions() []Decided {
+	spans := decisionSpans()
 	var out []Decided
 	for _, g := range decisionGroups() {
 		for _, n := range g.names {
-			out = append(out, Decided{Kind: g.kind, Name: n, Decision: g.decision, Reason: g.reason})
+			d := Decided{Kind: g.kind, Name: n, Decision: g.decision, Reason: g.reason}
+			if sp, ok := spans[d.key()]; ok {
+				d.Since, d.Gone = sp.since, sp.gone
+				delete(spans, d.key())
+			}
+			out = append(out, d)
 		}
 	}
+	for key := range spans { // a bound with no decision: CheckTable says so
+		out = append(out, Decided{Name: key, Reason: "bounded in decisionSpans, decided nowhere"})
+	}
 	return out
+}
+
+// span bounds one decision to CLI versions: see Decided.Since and Gone.
+type span struct{ since, gone string }
+
+// decisionSpans bounds decisions to CLI versions, by "kind name"; it is
+// empty while the pin is the newest release. Taking a new release: a name
+// the newest CLI adds gets its decision in decisionGroups and a span from
+// the new version (since), so that TestDecisionsCoverPin does not take it
+// for stale; a name it drops keeps its decision, with a span up to the new
+// version (gone). Once the pin moves, TestDecisionsCoverPin names the
+// bounds the pin has passed: drop the since, delete the gone decisions.
+func decisionSpans() map[string]span {
+	return map[string]span{}
 }
 
 // Issue items the reasons refer to (issue 35).
@@ -275,11 +327,14 @@ type Coverage struct {
 	Stale []string
 }
 
-// Cover checks ds against s.
+// Cover checks the decisions of ds in force for s.Version against s.
 func Cover(s *Surface, ds []Decided) Coverage {
 	var c Coverage
 	decided := map[string]bool{}
 	for _, d := range ds {
+		if !d.For(s.Version) {
+			continue
+		}
 		decided[d.key()] = true
 		if !s.Has(d.Kind, d.Name) {
 			c.Stale = append(c.Stale, d.key())
@@ -297,8 +352,11 @@ func Cover(s *Surface, ds []Decided) Coverage {
 
 // CheckTable lists what is wrong with a table of decisions on its own: a
 // name decided twice, a decision that is none of the four, a family that
-// is none of Families, an empty reason.
-func CheckTable(ds []Decided) []string {
+// is none of Families, an empty reason, a bound that is no version or one
+// the pin (the given version) has passed: a since at or below it, a gone
+// at or below it.
+func CheckTable(ds []Decided, pin string) []string {
+	pv, pinErr := codexproto.ParseVersion(pin)
 	var out []string
 	seen := map[string]bool{}
 	families := map[Kind]bool{}
@@ -306,6 +364,10 @@ func CheckTable(ds []Decided) []string {
 		families[k] = true
 	}
 	for _, d := range ds {
+		if d.Kind == "" {
+			out = append(out, d.Name+": "+d.Reason)
+			continue
+		}
 		if seen[d.key()] {
 			out = append(out, d.key()+": decided twice")
 		}
@@ -320,6 +382,20 @@ func CheckTable(ds []Decided) []string {
 		}
 		if d.Name == "" || d.Reason == "" {
 			out = append(out, d.key()+": empty name or reason")
+		}
+		for _, b := range []struct{ what, v string }{{"since", d.Since}, {"gone", d.Gone}} {
+			if b.v == "" {
+				continue
+			}
+			v, err := codexproto.ParseVersion(b.v)
+			switch {
+			case err != nil:
+				out = append(out, fmt.Sprintf("%s: %s: %v", d.key(), b.what, err))
+			case pinErr == nil && pv.AtLeast(v) && b.what == "since":
+				out = append(out, fmt.Sprintf("%s: since %s, which the pin %s has reached: drop the bound", d.key(), b.v, pin))
+			case pinErr == nil && pv.AtLeast(v):
+				out = append(out, fmt.Sprintf("%s: gone in %s, which the pin %s has reached: delete the decision", d.key(), b.v, pin))
+			}
 		}
 	}
 	return out

@@ -16,9 +16,10 @@ import (
 // against what the daemon uses.
 
 // checkCoverage fails t for every name of s with no decision and every
-// decision that names something s lacks.
-func checkCoverage(t *testing.T, version string, s *schema.Surface) {
+// decision in force for s.Version that names something s lacks.
+func checkCoverage(t *testing.T, s *schema.Surface) {
 	t.Helper()
+	version := s.Version
 	// A parse that found nothing would make the check pass vacuously.
 	for k, least := range map[schema.Kind]int{schema.ClientRequest: 100, schema.ClientNotification: 1,
 		schema.ServerRequest: 4, schema.ServerNotification: 50, schema.ThreadItem: 10} {
@@ -31,7 +32,7 @@ func checkCoverage(t *testing.T, version string, s *schema.Surface) {
 		t.Errorf("codex %s has %s with no decision: add it to decisionGroups (testkit/schema/decisions.go)", version, n)
 	}
 	for _, n := range c.Stale {
-		t.Errorf("decisions.go decides %s, which codex %s does not have", n, version)
+		t.Errorf("decisions.go decides %s, which codex %s does not have: delete the decision, or (for a CLI newer than the pin) bound it in decisionSpans", n, version)
 	}
 }
 
@@ -39,16 +40,18 @@ func checkCoverage(t *testing.T, version string, s *schema.Surface) {
 // item type of the pinned CLI has one decision, and every decision names
 // one of them.
 func TestDecisionsCoverPin(t *testing.T) {
-	version, s := pinnedSurface(t)
-	if version != schema.PinnedVersion {
-		t.Errorf("the CLI found is codex %s, the pin is %s: run scripts/install-codex", version, schema.PinnedVersion)
+	s := pinnedSurface(t)
+	if s.Version != schema.PinnedVersion {
+		t.Errorf("the CLI found is codex %s, the pin is %s: run scripts/install-codex", s.Version, schema.PinnedVersion)
 	}
-	checkCoverage(t, version, s)
+	checkCoverage(t, s)
 }
 
 // TestDecisionsCoverNewest is TestDecisionsCoverPin on the newest CLI
 // (scripts/install-codex --newest, or CODEX_BIN_NEWEST): what it adds
-// needs a decision before the pin moves, and what it drops is named.
+// needs a decision before the pin moves, and what it drops is named; the
+// decisions of either that the pin does not share are bounded by version
+// (decisionSpans).
 func TestDecisionsCoverNewest(t *testing.T) {
 	bin, err := schema.FindNewestCLI()
 	if err != nil {
@@ -57,14 +60,13 @@ func TestDecisionsCoverNewest(t *testing.T) {
 	if bin == "" {
 		t.Skip("no newest codex CLI: run scripts/install-codex --newest, or set CODEX_BIN_NEWEST")
 	}
-	version, s := surface(t, bin)
-	checkCoverage(t, version, s)
+	checkCoverage(t, surface(t, bin))
 }
 
 // TestDecisionsTable: the table itself is well formed.
 func TestDecisionsTable(t *testing.T) {
 	ds := schema.Decisions()
-	for _, p := range schema.CheckTable(ds) {
+	for _, p := range schema.CheckTable(ds, schema.PinnedVersion) {
 		t.Error(p)
 	}
 	// CheckTable finds each kind of mistake.
@@ -74,13 +76,20 @@ func TestDecisionsTable(t *testing.T) {
 		{Kind: schema.ClientRequest, Name: "b", Decision: "maybe", Reason: "r"},
 		{Kind: schema.ClientRequest, Name: "c", Decision: schema.NotUsed},
 		{Kind: schema.Result, Name: "d", Decision: schema.NotUsed, Reason: "r"},
+		{Kind: schema.ClientRequest, Name: "e", Decision: schema.NotUsed, Reason: "r", Since: "1.2"},
+		{Kind: schema.ClientRequest, Name: "f", Decision: schema.NotUsed, Reason: "r", Since: "0.9.0"},
+		{Kind: schema.ClientRequest, Name: "g", Decision: schema.NotUsed, Reason: "r", Gone: "1.0.0"},
+		{Kind: schema.ClientRequest, Name: "h", Decision: schema.NotUsed, Reason: "r", Since: "1.0.1", Gone: "1.1.0"},
 	}
-	got := schema.CheckTable(bad)
+	got := schema.CheckTable(bad, "1.0.0")
 	want := []string{
 		"client request a: decided twice",
 		"client request b: unknown decision maybe",
 		"client request c: empty name or reason",
 		"result d: unknown family",
+		`client request e: since: version "1.2" is not major.minor.patch`,
+		"client request f: since 0.9.0, which the pin 1.0.0 has reached: drop the bound",
+		"client request g: gone in 1.0.0, which the pin 1.0.0 has reached: delete the decision",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("CheckTable(bad) = %q, want %q", got, want)
@@ -88,16 +97,21 @@ func TestDecisionsTable(t *testing.T) {
 }
 
 // TestCover: a name the surface adds is undecided, a name it drops makes
-// its decision stale, and a name of another family does not count.
+// its decision stale, a name of another family does not count, and a
+// decision bounded to other versions is not in force.
 func TestCover(t *testing.T) {
-	s := &schema.Surface{Names: map[schema.Kind][]string{
-		schema.ClientRequest: {"kept", "added"},
+	s := &schema.Surface{Version: "1.0.0", Names: map[schema.Kind][]string{
+		schema.ClientRequest: {"kept", "added", "renamed/old"},
 		schema.ThreadItem:    {"plan"},
 	}}
 	ds := []schema.Decided{
 		{Kind: schema.ClientRequest, Name: "kept", Decision: schema.Used, Reason: "r"},
 		{Kind: schema.ClientRequest, Name: "dropped", Decision: schema.NotUsed, Reason: "r"},
 		{Kind: schema.ServerNotification, Name: "plan", Decision: schema.NotUsed, Reason: "r"},
+		// A newer CLI renames a method: the new name's decision is not
+		// in force for 1.0.0 yet, the old one's no longer for 1.1.0.
+		{Kind: schema.ClientRequest, Name: "renamed/new", Decision: schema.NotUsed, Reason: "r", Since: "1.1.0"},
+		{Kind: schema.ClientRequest, Name: "renamed/old", Decision: schema.NotUsed, Reason: "r", Gone: "1.1.0"},
 	}
 	c := schema.Cover(s, ds)
 	if want := []string{"client request added", "thread item plan"}; !slices.Equal(c.Undecided, want) {
@@ -105,6 +119,13 @@ func TestCover(t *testing.T) {
 	}
 	if want := []string{"client request dropped", "server notification plan"}; !slices.Equal(c.Stale, want) {
 		t.Errorf("Stale = %q, want %q", c.Stale, want)
+	}
+	newer := &schema.Surface{Version: "1.1.0", Names: map[schema.Kind][]string{schema.ClientRequest: {"kept", "renamed/new"}}}
+	if c := schema.Cover(newer, ds[:1:1]); !slices.Equal(c.Undecided, []string{"client request renamed/new"}) {
+		t.Errorf("1.1.0 without the new name's decision: Undecided = %q", c.Undecided)
+	}
+	if c := schema.Cover(newer, append(ds[:1:1], ds[3:]...)); len(c.Undecided)+len(c.Stale) != 0 {
+		t.Errorf("1.1.0 with the bounded decisions: %+v, want nothing", c)
 	}
 }
 
@@ -115,7 +136,7 @@ func TestCover(t *testing.T) {
 func TestDecisionsUsedAreDaemonUses(t *testing.T) {
 	used := map[string]bool{}
 	for _, d := range schema.Decisions() {
-		if d.Decision == schema.Used {
+		if d.Decision == schema.Used && d.For(schema.PinnedVersion) {
 			used[string(d.Kind)+" "+d.Name] = true
 		}
 	}
@@ -151,7 +172,7 @@ func TestDecisionsUsedAreDaemonUses(t *testing.T) {
 func TestDecisionsServerRequestsArePolicy(t *testing.T) {
 	n := 0
 	for _, d := range schema.Decisions() {
-		if d.Kind != schema.ServerRequest {
+		if d.Kind != schema.ServerRequest || !d.For(schema.PinnedVersion) {
 			continue
 		}
 		n++

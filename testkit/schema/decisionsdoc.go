@@ -29,17 +29,20 @@ var familyTitles = map[Kind]string{
 
 func decisionOrder() []Decision { return []Decision{Used, PassedThrough, Refused, NotUsed} }
 
-// RenderDecisions writes the decision table for the surface of the CLI
-// of the given version: the counts, then one table per family with one
-// row per name, in the schema's order. A name with no decision shows as
-// undecided; a decision for a name the surface lacks is not shown.
-func RenderDecisions(version string, s *Surface, ds []Decided) string {
+// RenderDecisions writes the decision table for the surface of a CLI:
+// the counts, then one table per family with one row per name, in the
+// schema's order, with the decisions in force for s.Version. A name with
+// no decision shows as undecided; a decision for a name the surface lacks
+// is not shown.
+func RenderDecisions(s *Surface, ds []Decided) string {
 	by := map[string]Decided{}
 	for _, d := range ds {
-		by[d.key()] = d
+		if d.For(s.Version) {
+			by[d.key()] = d
+		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "From codex-cli %s (`generate-json-schema --experimental`).\n\n", version)
+	fmt.Fprintf(&b, "From codex-cli %s (`generate-json-schema --experimental`).\n\n", s.Version)
 	b.WriteString("| Family |")
 	for _, d := range decisionOrder() {
 		fmt.Fprintf(&b, " %s |", d)

@@ -20,16 +20,16 @@ const protocolDoc = "../../docs/PROTOCOL.md"
 // RenderDecisions writes for the pinned CLI; -update-decisions (or go
 // generate ./testkit/schema/) rewrites it.
 func TestDecisionsDoc(t *testing.T) {
-	version, s := pinnedSurface(t)
-	if version != schema.PinnedVersion {
-		t.Fatalf("the CLI found is codex %s, the pin is %s: the table is the pin's; run scripts/install-codex", version, schema.PinnedVersion)
+	s := pinnedSurface(t)
+	if s.Version != schema.PinnedVersion {
+		t.Fatalf("the CLI found is codex %s, the pin is %s: the table is the pin's; run scripts/install-codex", s.Version, schema.PinnedVersion)
 	}
 	raw, err := os.ReadFile(protocolDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := string(raw)
-	want, err := schema.ReplaceDecisions(doc, schema.RenderDecisions(version, s, schema.Decisions()))
+	want, err := schema.ReplaceDecisions(doc, schema.RenderDecisions(s, schema.Decisions()))
 	if err != nil {
 		t.Fatalf("%s: %v", protocolDoc, err)
 	}
@@ -76,9 +76,10 @@ func TestReplaceDecisions(t *testing.T) {
 // TestRenderDecisions: one row per name of the surface in its order, an
 // undecided name shown as such, a stale decision left out, the counts.
 func TestRenderDecisions(t *testing.T) {
-	s := &schema.Surface{Names: map[schema.Kind][]string{schema.ClientRequest: {"b/b", "a/a"}}}
-	out := schema.RenderDecisions("9.9.9", s, []schema.Decided{
+	s := &schema.Surface{Version: "9.9.9", Names: map[schema.Kind][]string{schema.ClientRequest: {"b/b", "a/a"}}}
+	out := schema.RenderDecisions(s, []schema.Decided{
 		{Kind: schema.ClientRequest, Name: "a/a", Decision: schema.Refused, Reason: "x | y"},
+		{Kind: schema.ClientRequest, Name: "a/a", Decision: schema.Used, Reason: "not yet in force", Since: "10.0.0"},
 		{Kind: schema.ClientRequest, Name: "gone", Decision: schema.Used, Reason: "r"},
 	})
 	for _, want := range []string{
@@ -91,7 +92,7 @@ func TestRenderDecisions(t *testing.T) {
 			t.Errorf("RenderDecisions lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "gone") {
-		t.Errorf("RenderDecisions shows a stale decision:\n%s", out)
+	if strings.Contains(out, "gone") || strings.Contains(out, "not yet in force") {
+		t.Errorf("RenderDecisions shows a stale decision, or one not in force:\n%s", out)
 	}
 }

@@ -22,7 +22,10 @@ func Families() []Kind {
 // Surface is what one CLI's protocol offers: the methods of its four
 // unions and its thread item types, each list in the schema's own order.
 type Surface struct {
-	Names map[Kind][]string
+	// Version is the CLI's ("0.171.0"); "" when unknown (LoadSurface),
+	// and then every decision is in force for it.
+	Version string
+	Names   map[Kind][]string
 }
 
 // Has reports whether s offers name in family k.
@@ -37,9 +40,13 @@ func (s *Surface) Has(k Kind, name string) bool {
 
 // BuildSurface generates bin's bundle with its experimental methods
 // ([GenerateExperimental]) into a temporary directory, reads its surface
-// and removes the directory.
+// and its version, and removes the directory.
 func BuildSurface(bin string) (*Surface, error) {
-	dir, err := os.MkdirTemp("", "codex-surface-")
+	version, err := CLIVersion(bin)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "codex-surface-"+version+"-")
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +54,12 @@ func BuildSurface(bin string) (*Surface, error) {
 	if err := GenerateExperimental(bin, dir); err != nil {
 		return nil, err
 	}
-	return LoadSurface(dir)
+	s, err := LoadSurface(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.Version = version
+	return s, nil
 }
 
 // LoadSurface reads the surface of the bundle that Generate or

@@ -11,39 +11,30 @@ import (
 
 var surfaces struct {
 	sync.Mutex
-	m map[string]*surfaceOf
-}
-
-type surfaceOf struct {
-	version string
-	s       *schema.Surface
+	m map[string]*schema.Surface
 }
 
 // surface generates and reads bin's experimental surface once per test
 // process (about half a second).
-func surface(t *testing.T, bin string) (version string, s *schema.Surface) {
+func surface(t *testing.T, bin string) *schema.Surface {
 	t.Helper()
 	surfaces.Lock()
 	defer surfaces.Unlock()
-	if got := surfaces.m[bin]; got != nil {
-		return got.version, got.s
+	if s := surfaces.m[bin]; s != nil {
+		return s
 	}
-	version, err := schema.CLIVersion(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err = schema.BuildSurface(bin)
+	s, err := schema.BuildSurface(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if surfaces.m == nil {
-		surfaces.m = map[string]*surfaceOf{}
+		surfaces.m = map[string]*schema.Surface{}
 	}
-	surfaces.m[bin] = &surfaceOf{version: version, s: s}
-	return version, s
+	surfaces.m[bin] = s
+	return s
 }
 
-func pinnedSurface(t *testing.T) (string, *schema.Surface) {
+func pinnedSurface(t *testing.T) *schema.Surface {
 	t.Helper()
 	bin, err := schema.FindCLI()
 	if err != nil {
@@ -56,7 +47,8 @@ func pinnedSurface(t *testing.T) (string, *schema.Surface) {
 // bundle the Validator checks lines against, and the experimental ones
 // besides (the daemon initializes with experimentalApi).
 func TestSurfaceExperimental(t *testing.T) {
-	version, s := pinnedSurface(t)
+	s := pinnedSurface(t)
+	version := s.Version
 	v := schema.ForTest(t)
 	for _, k := range []schema.Kind{schema.ClientRequest, schema.ClientNotification, schema.ServerRequest, schema.ServerNotification} {
 		for _, m := range v.Methods(k) {
