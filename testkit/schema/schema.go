@@ -85,7 +85,8 @@ func generate(codexBin, dir string, flags ...string) error {
 	return nil
 }
 
-// Kind names the four message families of the protocol.
+// Kind names the four message families of the protocol, and ThreadItem,
+// the item types, which only surfaces and decisions know.
 type Kind string
 
 // The message families a Validator knows.
