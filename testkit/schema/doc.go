@@ -47,6 +47,15 @@
 // The tests run it when the newest CLI is installed
 // (scripts/install-codex --newest, or CODEX_BIN_NEWEST; [FindNewestCLI]).
 //
+// The decisions: [Decisions] says, for every method, notification and
+// thread item type of the CLI's protocol, whether the daemon uses it,
+// passes it through, refuses it or does not use it, and why. The tests
+// hold it to the CLI's [Surface] (generated with --experimental, which
+// is what the daemon's app-servers offer it: [BuildSurface]) of the pin
+// and of the newest CLI, to DaemonUses, to actors/policy, and to the
+// table in docs/PROTOCOL.md that [RenderDecisions] writes
+// (`go generate ./testkit/schema/`).
+//
 // Tests get a ready validator from [ForTest], which finds the CLI the same
 // way the rest of the project does (CODEX_BIN, then the project-local
 // .codex-cli install, then PATH) and generates the bundle once per test

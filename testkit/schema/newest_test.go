@@ -73,6 +73,40 @@ func newest(t *testing.T) *schema.Built {
 // every row names one of them.
 func TestDaemonUsesComplete(t *testing.T) {
 	consts := map[string]schema.Kind{} // value → kind
+	for name, value := range codexprotoConsts(t) {
+		switch {
+		case name == "MethodInitialized":
+			consts[value] = schema.ClientNotification
+		case strings.HasPrefix(name, "Method"):
+			consts[value] = schema.ClientRequest
+		case strings.HasPrefix(name, "Note"):
+			consts[value] = schema.ServerNotification
+		case strings.HasPrefix(name, "Req"):
+			consts[value] = schema.ServerRequest
+		}
+	}
+	if len(consts) < 30 {
+		t.Fatalf("found %d method constants in codexproto: the parse missed them", len(consts))
+	}
+	rows := map[string]schema.Kind{}
+	for _, u := range schema.DaemonUses() {
+		rows[u.Method] = u.Kind
+		if k, ok := consts[u.Method]; !ok || k != u.Kind {
+			t.Errorf("DaemonUses row %s %s: codexproto names no such %s", u.Kind, u.Method, u.Kind)
+		}
+	}
+	for m, k := range consts {
+		if rows[m] != k {
+			t.Errorf("codexproto's %s %s has no row in DaemonUses", k, m)
+		}
+	}
+}
+
+// codexprotoConsts returns codexproto's string constants and variables,
+// name → value, read from its sources.
+func codexprotoConsts(t *testing.T) map[string]string {
+	t.Helper()
+	consts := map[string]string{}
 	fset := token.NewFileSet()
 	files, err := filepath.Glob("../../codexproto/*.go")
 	if err != nil || len(files) == 0 {
@@ -95,40 +129,15 @@ func TestDaemonUsesComplete(t *testing.T) {
 				if i >= len(vs.Values) {
 					continue
 				}
-				lit, ok := vs.Values[i].(*ast.BasicLit)
-				if !ok || lit.Kind != token.STRING {
-					continue
-				}
-				value, _ := strconv.Unquote(lit.Value)
-				switch {
-				case name.Name == "MethodInitialized":
-					consts[value] = schema.ClientNotification
-				case strings.HasPrefix(name.Name, "Method"):
-					consts[value] = schema.ClientRequest
-				case strings.HasPrefix(name.Name, "Note"):
-					consts[value] = schema.ServerNotification
-				case strings.HasPrefix(name.Name, "Req"):
-					consts[value] = schema.ServerRequest
+				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					value, _ := strconv.Unquote(lit.Value)
+					consts[name.Name] = value
 				}
 			}
 			return true
 		})
 	}
-	if len(consts) < 30 {
-		t.Fatalf("found %d method constants in codexproto: the parse missed them", len(consts))
-	}
-	rows := map[string]schema.Kind{}
-	for _, u := range schema.DaemonUses() {
-		rows[u.Method] = u.Kind
-		if k, ok := consts[u.Method]; !ok || k != u.Kind {
-			t.Errorf("DaemonUses row %s %s: codexproto names no such %s", u.Kind, u.Method, u.Kind)
-		}
-	}
-	for m, k := range consts {
-		if rows[m] != k {
-			t.Errorf("codexproto's %s %s has no row in DaemonUses", k, m)
-		}
-	}
+	return consts
 }
 
 // pinProblems are the reviewed mismatches between codexproto's types and

@@ -38,19 +38,40 @@ var ErrUnknownMethod = errors.New("method not in the schema")
 // no result schema in the bundle.
 var ErrNoResultSchema = errors.New("no result schema for method")
 
-// Generate runs `codexBin app-server generate-json-schema --out dir`. The CLI
-// gets a throwaway CODEX_HOME so that neither the user's ~/.codex config nor
-// the helper files the CLI creates there leak into the bundle or the home.
+// Generate runs `codexBin app-server generate-json-schema --out dir`: the
+// stable methods and fields, which the conformance checks hold the daemon's
+// lines to. The CLI gets a throwaway HOME and CODEX_HOME (two empty
+// folders) so that neither the user's ~/.codex config nor the helper files
+// the CLI creates there leak into the bundle or the home.
 func Generate(codexBin, dir string) error {
+	return generate(codexBin, dir)
+}
+
+// GenerateExperimental is Generate with `--experimental`: the experimental
+// methods and fields too. That is the surface the daemon's app-servers
+// offer it, since it initializes with capabilities.experimentalApi
+// (codexproto.Client.Initialize); [LoadSurface] reads it.
+func GenerateExperimental(codexBin, dir string) error {
+	return generate(codexBin, dir, "--experimental")
+}
+
+func generate(codexBin, dir string, flags ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), GenerateTimeout)
 	defer cancel()
-	home, err := os.MkdirTemp("", "codex-schema-home-")
+	tmp, err := os.MkdirTemp("", "codex-schema-home-")
 	if err != nil {
 		return fmt.Errorf("generating schema into %s: %w", dir, err)
 	}
-	defer os.RemoveAll(home)
-	cmd := exec.CommandContext(ctx, codexBin, "app-server", "generate-json-schema", "--out", dir)
-	cmd.Env = append(os.Environ(), "CODEX_HOME="+home)
+	defer os.RemoveAll(tmp)
+	home, codexHome := filepath.Join(tmp, "home"), filepath.Join(tmp, "codex")
+	for _, d := range []string{home, codexHome} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return fmt.Errorf("generating schema into %s: %w", dir, err)
+		}
+	}
+	args := append([]string{"app-server", "generate-json-schema"}, flags...)
+	cmd := exec.CommandContext(ctx, codexBin, append(args, "--out", dir)...)
+	cmd.Env = append(os.Environ(), "HOME="+home, "CODEX_HOME="+codexHome)
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout = &out
@@ -64,7 +85,8 @@ func Generate(codexBin, dir string) error {
 	return nil
 }
 
-// Kind names the four message families of the protocol.
+// Kind names the four message families of the protocol, and ThreadItem,
+// the item types, which only surfaces and decisions know.
 type Kind string
 
 // The message families a Validator knows.

@@ -6,8 +6,10 @@ import (
 
 // DaemonUses is what the daemon exchanges with the app-server, with the
 // codexproto types it writes and reads: every Method*, Note* and Req*
-// constant of codexproto has its row (TestDaemonUsesComplete). Compare
-// checks a new CLI's bundle against it.
+// constant of codexproto has its row (TestDaemonUsesComplete), and its
+// rows are exactly the messages Decisions calls used
+// (TestDecisionsUsedAreDaemonUses). Compare checks a new CLI's bundle
+// against it.
 func DaemonUses() []Use {
 	return []Use{
 		// Client requests: the params the daemon sends, the results it reads.
