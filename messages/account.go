@@ -240,8 +240,8 @@ type UsageResponse struct {
 	DiskMaxBytes   int64   `msgpack:"disk_max_bytes,omitempty"`
 	// Limits counts the limits met since the user's cgroup was made:
 	// OOM kills and refused forks.
-	OOMKills     int64  `msgpack:"oom_kills,omitempty"`
-	PidsRefusals int64  `msgpack:"pids_refusals,omitempty"`
+	OOMKills     int64 `msgpack:"oom_kills,omitempty"`
+	PidsRefusals int64 `msgpack:"pids_refusals,omitempty"`
 	// Tokens is the user's token ledger and budget; nil when it could not
 	// be read.
 	Tokens *TokenUsage `msgpack:"tokens,omitempty"`
