@@ -38,6 +38,15 @@ type Options struct {
 	// AllowShared accepts more than one user when neither a uid switch
 	// nor bubblewrap separates them.
 	AllowShared bool
+	// HostClaims is the folder every daemon of this host claims its users'
+	// uids in (DefaultHostClaims in serve; hostclaims.go): one user folder,
+	// one uid, on the whole host, and a new user never gets a uid that
+	// something outside the daemon's homes uses. "": no host claims (a
+	// test's node, alone on its homes).
+	HostClaims string
+	// InUse, when set, replaces the check of the uids used outside the
+	// daemon's homes (uidsInUse), which runs only with HostClaims.
+	InUse func() map[uint32]bool
 	// CLILinks is a folder of the daemon's (only it may write there) where
 	// the CLI's folder is linked when the users' uids cannot reach it where
 	// it is installed (default DefaultCLILinks).
@@ -356,7 +365,7 @@ func (n *Node) scan() error {
 		if dir == "" {
 			continue
 		}
-		if err := n.claim(uid, filepath.Base(dir)); errors.Is(err, errClaimed) {
+		if err := n.claim(uid, dir); errors.Is(err, errClaimed) {
 			owners[uid] = ""
 		}
 	}
@@ -368,7 +377,7 @@ func (n *Node) scan() error {
 // other home this node scanned has it, and its claim names the user (a
 // claim is written when there is none).
 func (n *Node) ownHome(uid uint32, userDir string) error {
-	err := n.claim(uid, filepath.Base(userDir))
+	err := n.claim(uid, userDir)
 	if errors.Is(err, errClaimed) {
 		return fmt.Errorf("uid %d owns another home too (%w); give one of them a uid of its own by hand", uid, err)
 	}
@@ -392,12 +401,22 @@ func (n *Node) allocate(userDir string) (uint32, error) {
 	h := fnv.New64a()
 	h.Write([]byte(filepath.Base(userDir)))
 	start := h.Sum64() % size
+	var inUse map[uint32]bool
+	switch {
+	case n.opts.InUse != nil:
+		inUse = n.opts.InUse()
+	case n.opts.HostClaims != "":
+		inUse = uidsInUse()
+	}
 	for i := uint64(0); i < size; i++ {
 		uid := r.Lo + uint32((start+i)%size)
 		if dir, used := n.owners[uid]; used && dir != userDir {
 			continue
 		}
-		switch err := n.claim(uid, filepath.Base(userDir)); {
+		if inUse[uid] {
+			continue // a process or a file outside the homes is its
+		}
+		switch err := n.claim(uid, userDir); {
 		case err == nil:
 			return uid, nil
 		case !errors.Is(err, errClaimed):
@@ -416,19 +435,36 @@ const claimsDir = ".uids"
 // errClaimed is a uid's claim naming another user.
 var errClaimed = errors.New("claimed by another user")
 
-// claim makes uid name's, or reports errClaimed when its claim names
-// another user. The claim is written whole to a file of its own and then
+// claim makes uid the user folder userDir's, or reports errClaimed when
+// its claim names another user, under the homes or on this host
+// (hostClaim). The claim is written whole to a file of its own and then
 // hard-linked into place, which fails when a claim exists (also over NFS),
 // so no member ever reads a claim half written.
-func (n *Node) claim(uid uint32, name string) error {
+func (n *Node) claim(uid uint32, userDir string) error {
+	created, err := n.homesClaim(uid, filepath.Base(userDir))
+	if err != nil {
+		return err
+	}
+	if err := n.hostClaim(uid, userDir); err != nil {
+		if created { // the uid is another deployment's: not this user's here either
+			_ = os.Remove(filepath.Join(n.opts.Homes, claimsDir, strconv.FormatUint(uint64(uid), 10)))
+		}
+		return err
+	}
+	return nil
+}
+
+// homesClaim makes uid name's under the homes; created says this call
+// wrote the claim.
+func (n *Node) homesClaim(uid uint32, name string) (created bool, err error) {
 	dir := filepath.Join(n.opts.Homes, claimsDir)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("uid claims: %w", err)
+		return false, fmt.Errorf("uid claims: %w", err)
 	}
 	path := filepath.Join(dir, strconv.FormatUint(uint64(uid), 10))
 	tmp, err := os.CreateTemp(dir, ".new-*")
 	if err != nil {
-		return fmt.Errorf("claiming uid %d: %w", uid, err)
+		return false, fmt.Errorf("claiming uid %d: %w", uid, err)
 	}
 	defer os.Remove(tmp.Name())
 	_, err = tmp.WriteString(name + "\n")
@@ -439,19 +475,19 @@ func (n *Node) claim(uid uint32, name string) error {
 		err = os.Link(tmp.Name(), path)
 	}
 	if err == nil {
-		return nil
+		return true, nil
 	}
 	if !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("claiming uid %d: %w", uid, err)
+		return false, fmt.Errorf("claiming uid %d: %w", uid, err)
 	}
 	holder, err := readClaim(path)
 	if err != nil {
-		return fmt.Errorf("uid %d: %w", uid, err)
+		return false, fmt.Errorf("uid %d: %w", uid, err)
 	}
 	if holder != name {
-		return fmt.Errorf("uid %d: %w %q (%s)", uid, errClaimed, holder, path)
+		return false, fmt.Errorf("uid %d: %w %q (%s)", uid, errClaimed, holder, path)
 	}
-	return nil
+	return false, nil
 }
 
 // readClaim returns the user folder a claim names.

@@ -16,6 +16,8 @@ type isolationOptions struct {
 	uidRange          string
 	bwrap             string
 	allowShared       bool
+	allowUIDOnly      bool
+	uidClaims         string
 	workspaceWritable bool
 	readOnly          stringList
 }
@@ -24,6 +26,8 @@ func (o *isolationOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.uidRange, "uid-range", "200000-299999", "`LO-HI`: uids the users' app-servers run as, one per user, when the daemon may switch uids (root); off: never switch")
 	fs.StringVar(&o.bwrap, "bwrap", "auto", "bubblewrap `PATH` that gives each app-server a private view of the files and processes; auto: bwrap from PATH when it works; off: none")
 	fs.BoolVar(&o.allowShared, "allow-shared-uid", false, "serve more than one user even when neither a uid switch nor bubblewrap separates them")
+	fs.BoolVar(&o.allowUIDOnly, "allow-uid-only", false, "serve with uid switching but without bubblewrap (uid-only): every user's agent then shares /tmp, /dev/shm and every world-readable file of the host with the others; refused by default")
+	fs.StringVar(&o.uidClaims, "uid-claims", isolate.DefaultHostClaims, "`DIR` every daemon of this host claims its users' uids in, so that two daemons never give one uid to two homes (off: none; then run one daemon per host or give each its own --uid-range)")
 	fs.BoolVar(&o.workspaceWritable, "workspace-writable", false, "bind the workspace read-write into the users' sandboxes (default read-only)")
 	fs.Var(&o.readOnly, "sandbox-ro", "`PATH` bound read-only into every user's sandbox, such as a model catalog (repeatable)")
 }
@@ -82,6 +86,17 @@ func (o *isolationOptions) node(homes, workspace string, hide []string, log *slo
 		log.Info("not switching uids: the daemon may not (run it as root, or with CAP_SETUID, CAP_SETGID and CAP_CHOWN)")
 		uids = isolate.Range{}
 	}
+	if !uids.Empty() && host.Bwrap == "" && !o.allowUIDOnly {
+		why := "bubblewrap is off"
+		if host.BwrapErr != nil {
+			why = host.BwrapErr.Error()
+		}
+		return nil, fmt.Errorf("the users' app-servers would run under uids of their own but without bubblewrap (%s): every user's agent would share /tmp, /dev/shm and every world-readable file with the others. Install bubblewrap (Debian: apt-get install bubblewrap), or accept that with --allow-uid-only", why)
+	}
+	claims := o.uidClaims
+	if claims == "off" {
+		claims = ""
+	}
 	if host.BwrapErr != nil {
 		if o.bwrap != "auto" {
 			return nil, fmt.Errorf("--bwrap %s: %w", o.bwrap, host.BwrapErr)
@@ -98,7 +113,7 @@ func (o *isolationOptions) node(homes, workspace string, hide []string, log *slo
 	}
 	n, err := isolate.New(isolate.Options{
 		Homes: homes, Workspace: workspace, WorkspaceWritable: o.workspaceWritable,
-		UIDs: uids, Bwrap: host.Bwrap, ReadOnly: ro, Hide: hide, AllowShared: o.allowShared,
+		UIDs: uids, Bwrap: host.Bwrap, ReadOnly: ro, Hide: hide, AllowShared: o.allowShared, HostClaims: claims,
 		Root: os.Geteuid() == 0,
 	})
 	if err != nil {
@@ -109,7 +124,9 @@ func (o *isolationOptions) node(homes, workspace string, hide []string, log *slo
 			log.Error("a path the users' app-servers need is out of their reach", "err", err)
 		}
 	}
-	if w := n.Warning(); w != "" {
+	if n.Mode() == "uid" {
+		log.Warn("uid-only: no bubblewrap, so the users' agents share /tmp, /dev/shm and every world-readable file of the host (--allow-uid-only)", "isolation", n.Mode())
+	} else if w := n.Warning(); w != "" {
 		log.Warn(w, "isolation", n.Mode())
 	} else {
 		log.Info("users separated", "isolation", n.Mode(), "uid_range", uids.String(), "bwrap", host.Bwrap)
