@@ -375,7 +375,7 @@ func (a *appServerActor) answer(m codexServerRequest) serverAnswer {
 		a.engine.Send(log, serverAsk{req: m.req, child: child, reply: m.reply})
 		return serverAnswer{wait: maxAskWait}
 	}
-	res, question, err := policy.Answer(m.req, ok && s.autoApprove)
+	res, question, err := policy.Answer(m.req, ok && s.autoApprove, a.cfg.grantBounds())
 	if question != "" && ok {
 		a.engine.Send(s.round, questionAsked{text: question})
 	}

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meshweaver/supervisor/actors/budget"
+	"github.com/meshweaver/supervisor/actors/policy"
 	"github.com/meshweaver/supervisor/actors/turninput"
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/contain"
@@ -337,6 +339,12 @@ func newTree(cfg Config, deps Deps) (*tree, error) {
 		deps.Metrics = NewMetrics(nil)
 	}
 	return &tree{Config: cfg, Deps: deps, rounds: &gate{}, sample: edge.NewSampler(10, time.Minute)}, nil
+}
+
+// grantBounds bound what a permissions request of codex may be granted:
+// never more than --max-sandbox (actors/policy).
+func (c *Config) grantBounds() policy.Bounds {
+	return policy.Bounds{MaxSandbox: cmp.Or(c.MaxSandbox, c.Sandbox), Workspace: c.Workspace}
 }
 
 // codexOverrides are the "-c" settings of every app-server: the

@@ -467,7 +467,7 @@ type pendingAsk struct {
 
 // ask puts a server request to the callers, with a deadline.
 func (l *roundLog) ask(m serverAsk) {
-	shown, ok := policy.Describe(m.req)
+	shown, ok := policy.Describe(m.req, l.cfg.grantBounds())
 	if !ok || l.verdict != nil {
 		res, err := policy.Decline(m.req.Method)
 		m.reply <- serverAnswer{result: res, err: err}
@@ -495,7 +495,7 @@ func (l *roundLog) answer(m messages.AnswerRequest) messages.RoundControlled {
 		ans.Error = fmt.Sprintf("no open request %q in this round", textcut.Runes(m.RequestID, 64))
 		return ans
 	}
-	res, outcome, err := policy.CallerAnswer(a.req, m)
+	res, outcome, err := policy.CallerAnswer(a.req, m, l.cfg.grantBounds())
 	if err != nil {
 		ans.Error = err.Error()
 		return ans

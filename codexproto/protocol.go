@@ -48,6 +48,7 @@ const (
 	ReqFileChangeApproval = "item/fileChange/requestApproval"
 	ReqUserInput          = "item/tool/requestUserInput"
 	ReqElicitation        = "mcpServer/elicitation/request"
+	ReqPermissions        = "item/permissions/requestApproval"
 )
 
 // ClientInfo names the client in initialize; its Name becomes the originator
@@ -482,6 +483,41 @@ type ApprovalParams struct {
 	Command  string  `json:"command"`
 	Cwd      string  `json:"cwd"`
 	Reason   *string `json:"reason"`
+}
+
+// PermissionsParams are item/permissions/requestApproval's: the tool
+// request_permissions asks for more file-system or network access.
+type PermissionsParams struct {
+	ThreadID    string            `json:"threadId"`
+	TurnID      string            `json:"turnId"`
+	ItemID      string            `json:"itemId"`
+	Cwd         string            `json:"cwd"`
+	Reason      *string           `json:"reason"`
+	Permissions PermissionProfile `json:"permissions"`
+}
+
+// PermissionProfile is permissions asked for, or granted.
+type PermissionProfile struct {
+	FileSystem *FileSystemPermissions `json:"fileSystem"`
+	Network    *NetworkPermissions    `json:"network"`
+}
+
+// FileSystemPermissions are paths to read and to write.
+type FileSystemPermissions struct {
+	Read  []string `json:"read,omitempty"`
+	Write []string `json:"write,omitempty"`
+}
+
+// NetworkPermissions is network access.
+type NetworkPermissions struct {
+	Enabled *bool `json:"enabled"`
+}
+
+// PermissionsAnswer answers item/permissions/requestApproval: what is
+// granted (nothing: declined), for the turn or the session.
+type PermissionsAnswer struct {
+	Permissions PermissionProfile `json:"permissions"`
+	Scope       string            `json:"scope"`
 }
 
 // Approval decisions.

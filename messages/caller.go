@@ -57,6 +57,7 @@ const (
 	RequestMCPToolApproval    RequestType = "mcp_tool_approval"    // Message
 	RequestUserInput          RequestType = "user_input"           // Questions
 	RequestElicitation        RequestType = "elicitation"          // Message, Schema
+	RequestPermissions        RequestType = "permissions"          // Permissions, Cwd, Reason
 )
 
 // ServerRequest is a request codex sent during a round, put to the caller;
@@ -83,8 +84,20 @@ type ServerRequest struct {
 	Schema string `msgpack:"schema,omitempty"`
 	// Questions are a user-input request's questions.
 	Questions []Question `msgpack:"questions,omitempty"`
+	// Permissions is what a permissions request asks for, and Grantable
+	// what of it the daemon would grant on accept (within --max-sandbox).
+	Permissions *Permissions `msgpack:"permissions,omitempty"`
+	Grantable   *Permissions `msgpack:"grantable,omitempty"`
 	// Outcome is, in a KindRequestClosed event, how the request ended.
 	Outcome string `msgpack:"outcome,omitempty"`
+}
+
+// Permissions are file-system paths to read and write, and network
+// access.
+type Permissions struct {
+	Read    []string `msgpack:"read,omitempty"`
+	Write   []string `msgpack:"write,omitempty"`
+	Network bool     `msgpack:"network,omitempty"`
 }
 
 // Question is one question of a user-input request.

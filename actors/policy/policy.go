@@ -15,10 +15,14 @@ import (
 // Answer is the in-line policy for requests the CLI sends:
 // approvals are accepted with auto-approve and declined without; a question
 // for the user gets blank answers and is surfaced (question is its text);
-// an MCP elicitation is declined; anything else is method-not-found, which
-// the CLI treats as declined.
-func Answer(r *codexrpc.Request, autoApprove bool) (result any, question string, err error) {
+// an MCP elicitation is declined; a permissions request gets, with
+// auto-approve, what of it b allows (nothing without), and is surfaced;
+// anything else is method-not-found, which the CLI treats as declined.
+func Answer(r *codexrpc.Request, autoApprove bool, b Bounds) (result any, question string, err error) {
 	switch r.Method {
+	case codexproto.ReqPermissions:
+		ans := permissionsAnswer(r.Params, autoApprove, false, b)
+		return ans, permissionsQuestion(r.Params, ans.Permissions), nil
 	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
 		d := codexproto.DecisionDecline
 		if autoApprove {
@@ -66,7 +70,7 @@ func Answer(r *codexrpc.Request, autoApprove bool) (result any, question string,
 
 // Decline is the answer when the policy could not be consulted.
 func Decline(method string) (any, error) {
-	res, _, err := Answer(&codexrpc.Request{Method: method, Params: json.RawMessage("{}")}, false)
+	res, _, err := Answer(&codexrpc.Request{Method: method, Params: json.RawMessage("{}")}, false, Bounds{})
 	return res, err
 }
 
@@ -86,8 +90,16 @@ func Effective(p messages.RequestPolicy, autoApprove bool) messages.RequestPolic
 // ask policy (RequestID and the deadline are the asker's to fill in); ok
 // is false for a method the policy does not put to anyone (answered
 // method-not-found in-line).
-func Describe(r *codexrpc.Request) (shown messages.ServerRequest, ok bool) {
+func Describe(r *codexrpc.Request, b Bounds) (shown messages.ServerRequest, ok bool) {
 	switch r.Method {
+	case codexproto.ReqPermissions:
+		p := permissionsParams(r.Params)
+		shown = messages.ServerRequest{Type: messages.RequestPermissions, ItemID: p.ItemID, Cwd: p.Cwd,
+			Permissions: shownPermissions(p.Permissions), Grantable: shownPermissions(b.grant(p.Permissions))}
+		if p.Reason != nil {
+			shown.Reason = textcut.Runes(*p.Reason, 4096)
+		}
+		return shown, true
 	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
 		var p codexproto.ApprovalParams
 		_ = json.Unmarshal(r.Params, &p)
@@ -134,8 +146,16 @@ func Describe(r *codexrpc.Request) (shown messages.ServerRequest, ok bool) {
 // CallerAnswer turns a caller's AnswerRequest into the answer codex gets
 // for r, with the outcome to report; an error says what is wrong with the
 // answer (the request stays open).
-func CallerAnswer(r *codexrpc.Request, a messages.AnswerRequest) (result any, outcome string, err error) {
+func CallerAnswer(r *codexrpc.Request, a messages.AnswerRequest, b Bounds) (result any, outcome string, err error) {
 	switch r.Method {
+	case codexproto.ReqPermissions:
+		switch a.Decision {
+		case messages.DecisionAccept, messages.DecisionAcceptForSession:
+			return permissionsAnswer(r.Params, true, a.Decision == messages.DecisionAcceptForSession, b), "answered: " + a.Decision, nil
+		case messages.DecisionDecline, messages.DecisionCancel:
+			return permissionsAnswer(r.Params, false, false, b), "answered: " + a.Decision, nil
+		}
+		return nil, "", errors.New("a permissions request needs a decision: accept, accept_for_session, decline or cancel")
 	case codexproto.ReqCommandApproval, codexproto.ReqFileChangeApproval:
 		d, ok := map[string]string{
 			messages.DecisionAccept: codexproto.DecisionAccept, messages.DecisionAcceptForSession: "acceptForSession",

@@ -64,11 +64,11 @@ func TestDescribeAndAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			shown, ok := Describe(tt.r)
+			shown, ok := Describe(tt.r, Bounds{})
 			if ok != tt.wantShow || shown.Type != tt.shown {
 				t.Fatalf("Describe = %+v, %v; want type %q, %v", shown, ok, tt.shown, tt.wantShow)
 			}
-			res, _, err := CallerAnswer(tt.r, tt.answer)
+			res, _, err := CallerAnswer(tt.r, tt.answer, Bounds{})
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("CallerAnswer error = %v, want error %v", err, tt.wantErr)
 			}
@@ -81,13 +81,13 @@ func TestDescribeAndAnswer(t *testing.T) {
 			}
 		})
 	}
-	if s, _ := Describe(cmd); s.Command != "ls" || s.Cwd != "/w" || s.Reason != "why" || s.ItemID != "i1" {
+	if s, _ := Describe(cmd, Bounds{}); s.Command != "ls" || s.Cwd != "/w" || s.Reason != "why" || s.ItemID != "i1" {
 		t.Errorf("command shown as %+v", s)
 	}
-	if s, _ := Describe(input); len(s.Questions) != 1 || s.Questions[0].Options[1] != "sqlite" {
+	if s, _ := Describe(input, Bounds{}); len(s.Questions) != 1 || s.Questions[0].Options[1] != "sqlite" {
 		t.Errorf("questions shown as %+v", s.Questions)
 	}
-	if s, _ := Describe(elicit); s.Schema == "" || s.Message != "Colour?" {
+	if s, _ := Describe(elicit, Bounds{}); s.Schema == "" || s.Message != "Colour?" {
 		t.Errorf("elicitation shown as %+v", s)
 	}
 }
@@ -117,7 +117,7 @@ func TestPolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, q, err := Answer(tt.req, tt.auto)
+			res, q, err := Answer(tt.req, tt.auto, Bounds{})
 			got := jsoneq.String(res)
 			if err != nil {
 				var we *codexrpc.WireError

@@ -243,7 +243,7 @@ func decisionGroups() []group {
 			[]string{"item/tool/requestUserInput"}},
 		{ServerRequest, Used, "an MCP elicitation: a tool-call approval is an approval, any other is declined or put to a caller",
 			[]string{"mcpServer/elicitation/request"}},
-		{ServerRequest, Refused, "answered \"method not found\" (actors/policy): no permission is granted; issue 35 item 3 puts it to callers within --max-sandbox",
+		{ServerRequest, Used, "a permissions request (the CLI's request_permissions tool): granted at most what --max-sandbox allows, with auto-approve or a caller's accept under on_request ask; nothing otherwise",
 			[]string{"item/permissions/requestApproval"}},
 		{ServerRequest, Refused, "answered \"method not found\" (actors/policy): the daemon declares no dynamic tools; issue 35 item 3 serves them by mesh actors",
 			[]string{"item/tool/call"}},

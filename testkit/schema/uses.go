@@ -65,5 +65,6 @@ func DaemonUses() []Use {
 		{Kind: ServerRequest, Method: cp.ReqFileChangeApproval, Reads: []any{cp.ApprovalParams{}}, Sends: cp.ApprovalAnswer{}},
 		{Kind: ServerRequest, Method: cp.ReqUserInput, Reads: []any{cp.UserInputParams{}}, Sends: cp.UserInputAnswer{}},
 		{Kind: ServerRequest, Method: cp.ReqElicitation, Reads: []any{cp.ElicitationParams{}}, Sends: cp.ElicitationAnswer{}},
+		{Kind: ServerRequest, Method: cp.ReqPermissions, Reads: []any{cp.PermissionsParams{}}, Sends: cp.PermissionsAnswer{}},
 	}
 }
