@@ -161,6 +161,13 @@ func (g *Gateway) Handler() http.Handler {
 	// clean form (dot segments, doubled slashes) is 404 rather than a
 	// redirect, so a client never follows a path it did not write.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The daemon's TLS config refuses such a certificate at the
+		// handshake already; a gateway given another config must not
+		// pick one of its names either.
+		if err := remote.CheckIdentity(r.TLS); err != nil {
+			fail(w, http.StatusForbidden, edge.ReasonUnauthorized, err)
+			return
+		}
 		if _, pattern := mux.Handler(r); pattern == "" || path.Clean(r.URL.Path) != r.URL.Path {
 			fail(w, http.StatusNotFound, "", errors.New("no route for this method and path (docs/REMOTE.md, \"HTTP gateway\")"))
 			return

@@ -3,11 +3,15 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -471,4 +475,30 @@ func TestRefusalStatuses(t *testing.T) {
 			t.Errorf("%d %+v; want 200, an event, then the verdict", resp.StatusCode, evs)
 		}
 	})
+}
+
+// TestTwoURISANsForbidden: a caller whose certificate carries two URI SANs
+// is refused with 403 naming them, even when the first is granted and the
+// TLS config let it through; the same caller with one of them is served.
+func TestTwoURISANsForbidden(t *testing.T) {
+	p, err := edge.ParsePolicy([]byte(`{"version":1,"grants":[{"identities":["spiffe://mesh/alice"],"users":["alice"],"kinds":["control"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, gw := serveGW(t, p, nil)
+	alice, _ := url.Parse("spiffe://mesh/alice")
+	bob, _ := url.Parse("spiffe://mesh/bob")
+	do := func(uris ...*url.URL) (int, string) {
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/interrupt", strings.NewReader(`{"user":"alice","thread":"t"}`))
+		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{URIs: uris}}}
+		w := httptest.NewRecorder()
+		gw.Handler().ServeHTTP(w, r)
+		return w.Code, w.Body.String()
+	}
+	if code, body := do(alice, bob); code != http.StatusForbidden || !strings.Contains(body, "2 URI SANs") {
+		t.Errorf("two URI SANs, the first granted: %d %s; want 403 naming them", code, body)
+	}
+	if code, body := do(alice); code != http.StatusOK {
+		t.Errorf("one granted URI SAN: %d %s; want 200", code, body)
+	}
 }
