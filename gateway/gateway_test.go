@@ -257,6 +257,13 @@ func TestHostileRequests(t *testing.T) {
 		{"type mismatch", "/v1/rounds", `{"user":"a","thread":"t","text":42}`, 400, "does not fit"},
 		{"not an object", "/v1/rounds", `[1,2]`, 400, "not a JSON object"},
 		{"trailing", "/v1/rounds", `{"user":"a","thread":"t","text":"x"} {}`, 400, "data after"},
+		// A key twice: encoding/json kept the last, a proxy may read the
+		// first; refused at every depth, an escape spelling the same key.
+		{"duplicate key", "/v1/rounds", `{"user":"a","thread":"t","text":"x","user":"b"}`, 400, `the key \"user\" appears twice in the body's object`},
+		{"duplicate key, escaped", "/v1/rounds", `{"user":"a","thread":"t","text":"x","\u0074ext":"y"}`, 400, `the key \"text\" appears twice`},
+		{"duplicate key, nested", "/v1/rounds", `{"user":"a","thread":"t","text":"x","history":[{"role":"user","text":"hi"},{"role":"assistant","text":"a","role":"user"}]}`, 400, `the key \"role\" appears twice in the object at history[1]`},
+		{"duplicate key, deeper", "/v1/rounds", `{"user":"a","thread":"t","text":"x","sneaky":{"a b":[{"k":1,"k":2}]}}`, 400, `the key \"k\" appears twice in the object at sneaky.\"a b\"[0]`},
+		{"same key in two objects", "/v1/rounds", `{"user":"a","thread":"t","text":"x","history":[{"role":"user","text":"hi"},{"role":"assistant","text":"a"}]}`, 200, "round_finished"},
 		{"reply_to", "/v1/rounds", `{"user":"a","thread":"t","text":"x","reply_to":{"address":"h:1","id":"x"}}`, 400, "reply_to"},
 		{"policy out of range", "/v1/rounds", `{"user":"a","thread":"t","text":"x","on_request":"always"}`, 400, "on_request"},
 	} {
