@@ -208,6 +208,16 @@ func peer(r *http.Request) (identity string, addr net.Addr) {
 func read[T any](g *Gateway, w http.ResponseWriter, r *http.Request, edit func(*T)) (T, bool) {
 	var m T
 	rc := http.NewResponseController(w)
+	if r.ContentLength > g.cfg.MaxBody {
+		// Refused before a byte of it is read: no wait for a body that
+		// may never come. The connection closes after the answer, and a
+		// read deadline already past keeps the server from draining
+		// what does come.
+		_ = rc.SetReadDeadline(time.Now())
+		w.Header().Set("Connection", "close")
+		fail(w, http.StatusRequestEntityTooLarge, "", fmt.Errorf("the body is over %d bytes (Content-Length %d)", g.cfg.MaxBody, r.ContentLength))
+		return m, false
+	}
 	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBody))
 	if err != nil {

@@ -409,6 +409,51 @@ func TestTrickledBodyCutOff(t *testing.T) {
 	}
 }
 
+// A declared Content-Length over MaxBody is answered 413 at once, before
+// any of the body is read, and the connection closed: without that the
+// server waited for a body that never came until BodyTimeout (30 s by
+// default, a minute here). Just over the limit (where net/http would
+// drain up to 256 KiB after the answer) and far over it alike.
+func TestDeclaredLengthOverLimit(t *testing.T) {
+	base := serve(t, nil, func(c *Config) { c.BodyTimeout = time.Minute })
+	const wait = 10 * time.Second // well under BodyTimeout
+	for _, tc := range []struct {
+		name, head, body string
+	}{
+		{"just over", "Content-Length: 4097\r\n", ""},
+		{"far over", "Content-Length: 1099511627776\r\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			start := time.Now()
+			if _, err := conn.Write([]byte("POST /v1/rounds HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + tc.head + "\r\n" + tc.body)); err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(wait))
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer within %v: %v", wait, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "over 4096 bytes") {
+				t.Errorf("%d %s; want 413 naming the limit", resp.StatusCode, b)
+			}
+			// The server ends the connection: it does not hold it for the
+			// body it refused.
+			if _, err := io.ReadAll(br); err != nil {
+				t.Errorf("the connection was not closed after the answer: %v", err)
+			}
+			t.Logf("413 and the close after %v", time.Since(start))
+		})
+	}
+}
+
 // Every refusal has its HTTP status, and the body is the JSON error body
 // ({"error", "reason"}) or the reply's own JSON with its error field: the
 // edge's (400, 403, 413, 429), the daemon's answers to calls (404, 409,
