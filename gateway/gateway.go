@@ -221,9 +221,11 @@ func read[T any](g *Gateway, w http.ResponseWriter, r *http.Request, edit func(*
 	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBody))
 	if err != nil {
-		// The deadline stays: the server drains what is left of a body
-		// before it reuses the connection, and a trickled one would hold
-		// it open to its end. The connection closes after the answer.
+		// Nothing more of this body is wanted: the read deadline moves to
+		// now, else net/http's drain of what is left (up to 256 KiB)
+		// would wait for a trickled or withheld rest until the deadline.
+		// The connection closes after the answer.
+		_ = rc.SetReadDeadline(time.Now())
 		w.Header().Set("Connection", "close")
 	} else {
 		_ = rc.SetReadDeadline(time.Time{})

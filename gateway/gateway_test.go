@@ -454,6 +454,38 @@ func TestDeclaredLengthOverLimit(t *testing.T) {
 	}
 }
 
+// A chunked body (no declared length) over MaxBody is answered 413 when
+// the limit is read, and the connection closed then: it was held, the
+// handler's goroutine with it, until BodyTimeout while net/http drained
+// the rest of a body that was never sent.
+func TestChunkedOverLimitClosed(t *testing.T) {
+	base := serve(t, nil, func(c *Config) { c.BodyTimeout = time.Minute })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	chunk := strings.Repeat("x", 5000)
+	if _, err := conn.Write([]byte("POST /v1/rounds HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n" + chunk + "\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	const wait = 10 * time.Second // well under BodyTimeout
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer within %v: %v", wait, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "over 4096 bytes") {
+		t.Errorf("%d %s; want 413 naming the limit", resp.StatusCode, b)
+	}
+	if _, err := io.ReadAll(br); err != nil {
+		t.Errorf("the connection was not closed after the answer: %v", err)
+	}
+}
+
 // Every refusal has its HTTP status, and the body is the JSON error body
 // ({"error", "reason"}) or the reply's own JSON with its error field: the
 // edge's (400, 403, 413, 429), the daemon's answers to calls (404, 409,
