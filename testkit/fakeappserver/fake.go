@@ -35,6 +35,12 @@ var garbageLines = []string{
 	"null",
 }
 
+// junkLines are the lines JunkLines writes: garbageLines, a forged answer,
+// and a notification with bad params (JSON-RPC, so a client hands it on).
+var junkLines = append(append([]string(nil), garbageLines...),
+	`{"id":987654321,"result":{"thread":{"id":"forged"}}}`,
+	`{"method":"item/agentMessage/delta","params":"not an object"}`)
+
 // Serve speaks the app-server protocol on r and w until r reaches EOF
 // (then it returns nil, or with IgnoreStdinEOF waits for ctx), ctx ends
 // (ctx.Err()), a knob makes it exit (*ExitError) or writing fails. It
