@@ -226,6 +226,21 @@ func Start(cfg Config) (*Process, error) {
 	}
 	opts := cfg.Conn
 	opts.OnEOF = p.exitCause
+	onAbort := opts.OnAbort
+	opts.OnAbort = func(err error) {
+		// The Conn stopped reading output that goes on (a flood of lines
+		// that are not JSON-RPC): the process is ended, and its exit is
+		// reported as any death, with err as the cause.
+		select {
+		case <-p.exited:
+		default:
+			p.log.Warn("killing the codex app-server: it broke the bound of lines that are not JSON-RPC", "err", err)
+			signalGroup(p.pid, syscall.SIGKILL)
+		}
+		if onAbort != nil {
+			onAbort(err)
+		}
+	}
 	if opts.Logger == nil {
 		opts.Logger = p.log
 	}
