@@ -155,6 +155,7 @@ func (f *Fake) Serve(ctx context.Context, r io.Reader, w io.Writer, stderr io.Wr
 type session struct {
 	f         *Fake
 	hog       []byte        // HogOnMethod's memory, held
+	junked    bool          // JunkLines were written
 	w         *bufio.Writer // flushed after each line handled (see Serve): a turn's flood is a few writes, not one per line
 	stderr    io.Writer
 	werr      error
@@ -266,6 +267,7 @@ func (s *session) handleLine(line []byte) error {
 			s.mcpHeld = nil
 		}
 		s.request(m.ID, *m.Method, m.Params)
+		s.junk(*m.Method)
 	case m.Method != nil:
 		// Client notifications: "initialized" needs nothing.
 	case m.ID != nil:
@@ -274,6 +276,22 @@ func (s *session) handleLine(line []byte) error {
 		fmt.Fprintf(s.stderr, "ERROR fakeappserver: Failed to deserialize JSONRPCMessage: neither method nor id\n")
 	}
 	return nil
+}
+
+// junk writes JunkLines once, after the first request of JunkOnMethod
+// (initialize when empty) was handled.
+func (s *session) junk(method string) {
+	on := s.f.JunkOnMethod
+	if on == "" {
+		on = "initialize"
+	}
+	if s.f.JunkLines <= 0 || s.junked || method != on {
+		return
+	}
+	s.junked = true
+	for i := 0; i < s.f.JunkLines && s.werr == nil; i++ {
+		_, s.werr = io.WriteString(s.w, junkLines[i%len(junkLines)]+"\n")
+	}
 }
 
 // obj is a JSON object under construction.

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -128,9 +127,6 @@ func (s *session) initialize(id, params json.RawMessage) {
 		"platformFamily": "unix",
 		"platformOs":     "linux",
 	})
-	for i := 0; i < s.f.JunkLines && s.werr == nil; i++ {
-		_, s.werr = io.WriteString(s.w, junkLines[i%len(junkLines)]+"\n")
-	}
 }
 
 // thread is one loaded thread.
