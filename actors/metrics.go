@@ -2,6 +2,8 @@ package actors
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshweaver/supervisor/codexrpc"
 )
 
 // Metrics are the daemon's Prometheus collectors. Labels never carry user
@@ -25,6 +27,7 @@ type Metrics struct {
 	WarmThreads    prometheus.Counter     // rounds that found their thread loaded with their settings (no resume)
 	Draining       prometheus.Gauge       // 1 once the node admits no new rounds (it is stopping)
 	LimitHits      *prometheus.CounterVec // a user's limit met, by resource: memory, pids, disk
+	BadLines       *prometheus.CounterVec // app-server lines skipped, by codexrpc.BadLine
 }
 
 // NewMetrics makes the collectors and registers them with reg (nil: not
@@ -83,6 +86,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		LimitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "supervisor_user_limit_hits_total", Help: "Times a user's limit was met (an OOM kill, a refused fork, a full home), by resource.",
 		}, []string{"resource"}),
+		BadLines: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "supervisor_app_server_bad_lines_total", Help: "Lines of the app-servers skipped (not JSON-RPC, over the line cap, answers to ids never sent, requests past the cap), by kind.",
+		}, []string{"kind"}),
 		Draining: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "supervisor_draining", Help: "1 once this node admits no new rounds: it is stopping and lets the running ones finish.",
 		}),
@@ -104,7 +110,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"memory", "pids", "disk"} {
 		m.LimitHits.WithLabelValues(r)
 	}
+	for _, k := range codexrpc.BadLines {
+		m.BadLines.WithLabelValues(k.String())
+	}
 	if reg != nil {
+		reg.MustRegister(m.BadLines)
 		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads, m.Draining, m.LimitHits, m.UserReaps)
 		reg.MustRegister(m.Rounds, m.FirstDelta, m.RoundDuration, m.LiveAppServers, m.Starts,
 			m.Deaths, m.Restarts, m.Evictions, m.Logins, m.RemoteRejected, m.Users, m.RoundsInFlight)
