@@ -65,26 +65,36 @@ const (
 	badLineWindow  = time.Minute
 )
 
-// sampledLog lets n lines through per window and counts the rest, for a
-// summary. The read goroutine is its only user.
-type sampledLog struct {
+// LogSampler lets the first n lines of each window through to a logger
+// and counts the rest, for one summary line (the count, "not_logged")
+// when the next window's first line comes or Flush is called: what a
+// process's output costs the log is then bounded however much it writes.
+// It is for one goroutine, a reader's.
+type LogSampler struct {
 	log     *slog.Logger
 	level   slog.Level
 	summary string // the summary line's message
 	n       int
+	window  time.Duration
 
 	start   time.Time
 	logged  int
 	dropped int
 }
 
-// take reports whether a line may be logged now; one that may not is
-// counted for the summary. (The caller builds the line only then: a
+// NewLogSampler is a sampler of n lines a window at level into log;
+// summary is the message of the summary line.
+func NewLogSampler(log *slog.Logger, level slog.Level, n int, window time.Duration, summary string) *LogSampler {
+	return &LogSampler{log: log, level: level, n: n, window: window, summary: summary}
+}
+
+// Take reports whether a line may be logged now; one that may not is
+// counted for the summary. (A caller builds the line only then: a
 // redacted head costs more than the skip.)
-func (s *sampledLog) take() bool {
+func (s *LogSampler) Take() bool {
 	now := time.Now()
-	if s.start.IsZero() || now.Sub(s.start) >= badLineWindow {
-		s.flush()
+	if s.start.IsZero() || now.Sub(s.start) >= s.window {
+		s.Flush()
 		s.start, s.logged = now, 0
 	}
 	if s.logged < s.n {
@@ -95,19 +105,19 @@ func (s *sampledLog) take() bool {
 	return false
 }
 
-// line logs msg with args, or counts it when the window's lines are used.
-func (s *sampledLog) line(msg string, args ...any) {
-	if s.take() {
+// Log logs msg with args, or counts it when the window's lines are used.
+func (s *LogSampler) Log(msg string, args ...any) {
+	if s.Take() {
 		s.log.Log(context.Background(), s.level, msg, args...)
 	}
 }
 
-// flush writes the summary of the lines not logged, if any.
-func (s *sampledLog) flush() {
+// Flush writes the summary of the lines not logged, if any.
+func (s *LogSampler) Flush() {
 	if s.dropped == 0 {
 		return
 	}
-	s.log.Log(context.Background(), s.level, s.summary, "not_logged", s.dropped, "window", badLineWindow)
+	s.log.Log(context.Background(), s.level, s.summary, "not_logged", s.dropped, "window", s.window)
 	s.dropped = 0
 }
 
@@ -127,8 +137,8 @@ func (c *Conn) skipped(kind BadLine, msg string, args func() []any) (broken bool
 	if c.opts.OnBadLine != nil {
 		c.opts.OnBadLine(kind)
 	}
-	if c.badLog.take() {
-		c.badLog.log.Log(context.Background(), c.badLog.level, msg, append(args(), "kind", kind.String())...)
+	if c.badLog.Take() {
+		c.log.Warn(msg, append(args(), "kind", kind.String())...)
 	}
 	return c.bound != nil && !c.bound.Allow()
 }

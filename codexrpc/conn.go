@@ -125,8 +125,8 @@ type Conn struct {
 
 	badLines atomic.Uint64 // lines skipped, ever
 	bound    *rate.Limiter // Options.MaxBadLines; nil when off
-	badLog   sampledLog    // read goroutine only: the skipped lines
-	lateLog  sampledLog    // read goroutine only: answers to calls given up
+	badLog   *LogSampler   // read goroutine only: the skipped lines (at Warn)
+	lateLog  *LogSampler   // read goroutine only: answers to calls given up
 }
 
 type pendingCall struct {
@@ -185,10 +185,10 @@ func NewConn(r io.Reader, w io.WriteCloser, opts Options) *Conn {
 		done:          make(chan struct{}),
 		wdone:         make(chan struct{}),
 		bound:         badLineBound(opts),
-		badLog: sampledLog{log: opts.Logger, level: slog.LevelWarn, n: badLinesLogged,
-			summary: "codex: skipped more lines that are not JSON-RPC, not logged"},
-		lateLog: sampledLog{log: opts.Logger, level: slog.LevelDebug, n: badLinesLogged,
-			summary: "codex: more answers to calls given up, not logged"},
+		badLog: NewLogSampler(opts.Logger, slog.LevelWarn, badLinesLogged, badLineWindow,
+			"codex: skipped more lines that are not JSON-RPC, not logged"),
+		lateLog: NewLogSampler(opts.Logger, slog.LevelDebug, badLinesLogged, badLineWindow,
+			"codex: more answers to calls given up, not logged"),
 	}
 	c.wcond = sync.NewCond(&c.mu)
 	go c.readLoop()
@@ -531,8 +531,8 @@ func (c *Conn) readLoop() {
 		}
 	}
 	c.handOff()
-	c.badLog.flush()
-	c.lateLog.flush()
+	c.badLog.Flush()
+	c.lateLog.Flush()
 	c.finish(readErr)
 }
 
@@ -576,7 +576,7 @@ func (c *Conn) dispatch(msg Message) (broken bool) {
 		case !sent: // forged: no call of this Conn's had that id
 			return c.skipped(BadLineStrayAnswer, "codex: skipping an answer to an id never sent", func() []any { return []any{"id", logHead(m.ID)} })
 		case !ok: // a call given up (Forget, a deadline) or answered twice
-			c.lateLog.line("codex: answer to no pending call", "id", head(m.ID, 40))
+			c.lateLog.Log("codex: answer to no pending call", "id", head(m.ID, 40))
 			return false
 		}
 		p.answer(callResult{resp: m})
