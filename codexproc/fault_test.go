@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -586,5 +587,50 @@ func TestFakeJunkFloodEndsTheProcess(t *testing.T) {
 		t.Errorf("%d log lines, %d bytes for the flood, want at most 10 under 8 KiB naming the kill:\n%s", lines, len(out), out)
 	} else {
 		t.Logf("%d bad lines read: %d log lines, %d bytes", bad.Load(), lines, len(out))
+	}
+}
+
+// TestFakeStderrFloodSampled: an app-server that writes 1,000 ERROR lines
+// to stderr (the fake's 500 StderrLines, at its start and at its end)
+// reaches the log with the first 20 and one line counting the rest, where
+// each was a WARN of its own; the stderr tail still ends with the last.
+func TestFakeStderrFloodSampled(t *testing.T) {
+	var lines []string
+	for i := range 500 {
+		lines = append(lines, fmt.Sprintf("2026-12-07T00:00:00.000000Z ERROR codex_core::flood: line %d", i))
+	}
+	launch, err := fakeappserver.Relaunch(fakeappserver.Fake{StderrLines: lines}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	env := append(launch.Env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	p, err := Start(Config{
+		Binary:    launch.Path,
+		Args:      launch.Args,
+		Env:       AllowedEnv(os.Environ(), env),
+		Home:      t.TempDir(),
+		Logger:    slog.New(slog.NewTextHandler(logs, nil)),
+		StopGrace: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopOnCleanup(t, p)
+	if _, err := codexproto.NewClient(p.Conn()).Initialize(ctxFor(t), codexproto.ClientInfo{Name: "meshweaver-test", Version: "0.0.1"}); err != nil {
+		t.Fatalf("initialize: %v", err)
+	}
+	if err := p.Stop(ctxFor(t)); err != nil { // stdin closed: the fake writes its lines again and exits
+		t.Fatal(err)
+	}
+	out := logs.String()
+	relayed, summary := strings.Count(out, `msg="codex stderr"`), strings.Count(out, "not_logged=980")
+	if relayed != stderrLogged || summary != 1 || len(out) > 8<<10 {
+		t.Errorf("%d stderr lines relayed, %d summaries of 980, %d bytes; want %d, 1, under 8 KiB:\n%s", relayed, summary, len(out), stderrLogged, out)
+	} else {
+		t.Logf("1,000 ERROR lines on stderr: %d log lines, %d bytes", strings.Count(out, "\n"), len(out))
+	}
+	if tail := p.StderrTail(); !strings.HasSuffix(tail, "line 499") {
+		t.Errorf("the stderr tail ends %q, want the last line", tail[max(0, len(tail)-80):])
 	}
 }
