@@ -47,8 +47,10 @@ func (r *streamReader) Receive(stream DRPCRemote_ReceiveStream) error {
 		var err error
 		if peer, err = conn.peer(); err != nil {
 			// Before any frame: a certificate that names no one identity
-			// holds nothing of this node's.
+			// holds nothing of this node's, its connection included (a
+			// stream's end alone leaves it open for the next stream).
 			r.remote.refuse(Refusal{Peer: peer, Reason: RefuseHandshake, Err: err})
+			_ = conn.Close()
 			return err
 		}
 	}
