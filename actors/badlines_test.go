@@ -48,7 +48,7 @@ func TestJunkFloodIsACrash(t *testing.T) {
 		t.Errorf("deaths counted: %v, want at least 1", got)
 	}
 	var bad float64
-	for _, k := range codexrpc.BadLines {
+	for _, k := range codexrpc.AllBadLines {
 		bad += testutil.ToFloat64(metrics.BadLines.WithLabelValues(k.String()))
 	}
 	if bad <= codexrpc.DefaultMaxBadLines || testutil.ToFloat64(metrics.BadLines.WithLabelValues(codexrpc.BadLineStrayAnswer.String())) == 0 {

@@ -110,7 +110,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"memory", "pids", "disk"} {
 		m.LimitHits.WithLabelValues(r)
 	}
-	for _, k := range codexrpc.BadLines {
+	for _, k := range codexrpc.AllBadLines {
 		m.BadLines.WithLabelValues(k.String())
 	}
 	if reg != nil {

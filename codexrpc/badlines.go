@@ -20,14 +20,14 @@ type BadLine int
 
 // The kinds of skipped lines.
 const (
-	BadLineNotJSONRPC  BadLine = iota // not JSON, or not a JSON-RPC message
-	BadLineTooLong                    // over Options.MaxLineBytes
-	BadLineStrayAnswer                // an answer to an id this Conn never sent
-	BadLineExcessCall                 // a server request past Options.MaxServerRequests in flight
+	BadLineNotJSONRPC    BadLine = iota // not JSON, or not a JSON-RPC message
+	BadLineTooLong                      // over Options.MaxLineBytes
+	BadLineStrayAnswer                  // an answer to an id this Conn never sent
+	BadLineExcessRequest                // a server request past Options.MaxServerRequests in flight
 )
 
-// BadLines lists every BadLine, for counters preset at zero.
-var BadLines = []BadLine{BadLineNotJSONRPC, BadLineTooLong, BadLineStrayAnswer, BadLineExcessCall}
+// AllBadLines lists every BadLine, for counters preset at zero.
+var AllBadLines = []BadLine{BadLineNotJSONRPC, BadLineTooLong, BadLineStrayAnswer, BadLineExcessRequest}
 
 func (b BadLine) String() string {
 	switch b {
@@ -37,7 +37,7 @@ func (b BadLine) String() string {
 		return "too-long"
 	case BadLineStrayAnswer:
 		return "stray-answer"
-	case BadLineExcessCall:
+	case BadLineExcessRequest:
 		return "excess-request"
 	}
 	return "unknown"

@@ -149,7 +149,7 @@ func TestBadLinesSampledAndBounded(t *testing.T) {
 			t.Errorf("%d log lines, %d bytes for %d junk lines, want %d lines under 4 KiB", len(lines), bytes, bound+1, badLinesLogged+1)
 		}
 		want := map[BadLine]int64{BadLineNotJSONRPC: 626, BadLineStrayAnswer: 375}
-		for _, k := range BadLines {
+		for _, k := range AllBadLines {
 			var got int64
 			if n, ok := kinds.Load(k); ok {
 				got = n.(*atomic.Int64).Load()
@@ -309,8 +309,8 @@ func TestServerRequestsCapped(t *testing.T) {
 	if m["id"] != 2.0 || m["error"].(map[string]any)["code"] != float64(CodeOverloaded) {
 		t.Fatalf("the third request's answer = %v, want -32001 at once", m)
 	}
-	if _, ok := kinds.Load(BadLineExcessCall); !ok || c.BadLines() != 1 {
-		t.Errorf("the refused request was not counted as %s (BadLines %d)", BadLineExcessCall, c.BadLines())
+	if _, ok := kinds.Load(BadLineExcessRequest); !ok || c.BadLines() != 1 {
+		t.Errorf("the refused request was not counted as %s (BadLines %d)", BadLineExcessRequest, c.BadLines())
 	}
 	close(release)
 	for range 2 {

@@ -586,7 +586,7 @@ func (c *Conn) dispatch(msg Message) (broken bool) {
 			return false
 		}
 		if c.inflight.Load() >= int64(c.opts.MaxServerRequests) {
-			broken := c.skipped(BadLineExcessCall, "codex: refusing a server request past the cap", func() []any {
+			broken := c.skipped(BadLineExcessRequest, "codex: refusing a server request past the cap", func() []any {
 				return []any{"method", clip(m.Method, 100), "cap", c.opts.MaxServerRequests}
 			})
 			c.answerError(m, &WireError{Code: CodeOverloaded, Message: fmt.Sprintf("%d server requests are in flight; retry later", c.opts.MaxServerRequests)})
