@@ -16,10 +16,11 @@ import (
 // TestJunkFloodIsACrash: an app-server that floods its output with lines
 // that are not JSON-RPC (the fake's 50,000 JunkLines after a round's
 // thread/start: garbage, forged answers, notifications with bad params)
-// is ended by its Conn's bound and treated as a crash: AppServerDied, a
-// death counted, the reason (ErrBadLines) in the actor's log, every
-// skipped line counted by kind in supervisor_app_server_bad_lines_total;
-// and of the skipped lines the log holds the first few and a summary.
+// is ended by its Conn's bound and treated as a crash: the round failed
+// naming ErrBadLines, AppServerDied, a death counted, the reason in the
+// actor's log, every skipped line counted by kind in
+// supervisor_app_server_bad_lines_total; and of the skipped lines the
+// log holds the first few and a summary.
 func TestJunkFloodIsACrash(t *testing.T) {
 	logs := &syncbuf.Buffer{}
 	metrics := NewMetrics(nil)
@@ -32,6 +33,9 @@ func TestJunkFloodIsACrash(t *testing.T) {
 	c := h.caller()
 	h.engine.SendWithSender(h.root, messages.StartRound{RoundID: "r-junk", User: "mallory", Thread: "t-junk", Text: "hi"}, c.pid)
 	waitEvent(t, events, from, replyTimeout, "of mallory's flooding codex", func(e AppServerDied) bool { return e.User == "mallory" })
+	if r := c.collect(t, "r-junk", replyTimeout); r.verdict.Status != messages.StatusFailed || !strings.Contains(r.verdict.Error, codexrpc.ErrBadLines.Error()) {
+		t.Errorf("the round's verdict %s %q, want failed naming %q", r.verdict.Status, r.verdict.Error, codexrpc.ErrBadLines)
+	}
 
 	out := logs.String()
 	var died string
