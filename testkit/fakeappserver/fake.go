@@ -267,7 +267,7 @@ func (s *session) handleLine(line []byte) error {
 			s.mcpHeld = nil
 		}
 		s.request(m.ID, *m.Method, m.Params)
-		s.junk(*m.Method)
+		s.junk(*m.Method, m.Params)
 	case m.Method != nil:
 		// Client notifications: "initialized" needs nothing.
 	case m.ID != nil:
@@ -279,13 +279,13 @@ func (s *session) handleLine(line []byte) error {
 }
 
 // junk writes JunkLines once, after the first request of JunkOnMethod
-// (initialize when empty) was handled.
-func (s *session) junk(method string) {
+// (initialize when empty) whose params hold JunkOnText was handled.
+func (s *session) junk(method string, params json.RawMessage) {
 	on := s.f.JunkOnMethod
 	if on == "" {
 		on = "initialize"
 	}
-	if s.f.JunkLines <= 0 || s.junked || method != on {
+	if s.f.JunkLines <= 0 || s.junked || method != on || !bytes.Contains(params, []byte(s.f.JunkOnText)) {
 		return
 	}
 	s.junked = true

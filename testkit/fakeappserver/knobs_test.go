@@ -34,7 +34,8 @@ func TestGarbageLines(t *testing.T) {
 // TestJunkLines: JunkLines lines follow the initialize answer, each of
 // them one a client must skip or drop (not JSON, not an object, an answer
 // to an id never sent, params that are no object), and the fake then
-// serves on; with JunkOnMethod they follow that method's answer, once.
+// serves on; with JunkOnMethod (and JunkOnText) they follow that method's
+// answer (to params holding the text), once.
 func TestJunkLines(t *testing.T) {
 	const n = 30
 	c := serve(t, fakeappserver.Fake{JunkLines: n})
@@ -69,16 +70,21 @@ func TestJunkLines(t *testing.T) {
 		t.Errorf("after the junk, model/list answered %s", raw)
 	}
 
-	c = serve(t, fakeappserver.Fake{JunkLines: 2, JunkOnMethod: "model/list"})
+	// On model/list whose params hold "flood": the second, not the first,
+	// and once.
+	c = serve(t, fakeappserver.Fake{JunkLines: 2, JunkOnMethod: "model/list", JunkOnText: "flood"})
 	c.send(`{"id":1,"method":"initialize","params":{"clientInfo":{"name":"n","version":"1"}}}`)
-	for i := 1; i <= 3; i++ {
-		if i > 1 {
-			c.send(fmt.Sprintf(`{"id":%d,"method":"model/list","params":{}}`, i))
+	for i := 1; i <= 4; i++ {
+		switch i {
+		case 2:
+			c.send(`{"id":2,"method":"model/list","params":{}}`)
+		case 3, 4:
+			c.send(fmt.Sprintf(`{"id":%d,"method":"model/list","params":{"cursor":"flood"}}`, i))
 		}
-		if raw, ok := c.nextRaw(); !ok || !strings.Contains(string(raw), fmt.Sprintf(`"id":%d,`, i)) {
+		if raw, ok := c.nextRaw(); !ok || !strings.Contains(string(raw), fmt.Sprintf(`"id":%d`, i)) { // an answer or a refusal
 			t.Fatalf("answer %d = %s", i, raw)
 		}
-		if i == 2 {
+		if i == 3 {
 			for j := range 2 {
 				if raw, _ := c.nextRaw(); json.Valid(raw) && raw[0] == '{' {
 					t.Errorf("junk line %d after model/list = %s", j, raw)
