@@ -72,7 +72,8 @@ func (a *appServerActor) launch() {
 		StopGrace: a.cfg.StopGrace,
 		Record:    a.record,
 		Conn: codexrpc.Options{
-			Logger: a.log,
+			Logger:    a.log,
+			OnBadLine: func(k codexrpc.BadLine) { a.cfg.Metrics.BadLines.WithLabelValues(k.String()).Inc() },
 			OnNotifications: func(ns []*codexrpc.Notification) {
 				engine.Send(self, codexNotes{gen: gen, notes: ns})
 			},

@@ -2,6 +2,8 @@ package actors
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshweaver/supervisor/codexrpc"
 )
 
 // Metrics are the daemon's Prometheus collectors. Labels never carry user
@@ -28,6 +30,7 @@ type Metrics struct {
 	UnaskedTurns   *prometheus.CounterVec // turns an app-server started that no round asked for, by action: interrupted, allowed
 	Tokens         *prometheus.CounterVec // tokens charged to the users' ledgers, by kind: input, cached_input, output, reasoning
 	BudgetRefusals prometheus.Counter     // rounds refused because their user's token budget was spent
+	BadLines       *prometheus.CounterVec // app-server lines skipped, by codexrpc.BadLine
 }
 
 // NewMetrics makes the collectors and registers them with reg (nil: not
@@ -95,6 +98,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BudgetRefusals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "supervisor_budget_refusals_total", Help: "Rounds refused before any model request because their user's token budget was spent.",
 		}),
+		BadLines: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "supervisor_app_server_bad_lines_total", Help: "Lines of the app-servers skipped (not JSON-RPC, over the line cap, answers to ids never sent, requests past the cap), by kind.",
+		}, []string{"kind"}),
 		Draining: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "supervisor_draining", Help: "1 once this node admits no new rounds: it is stopping and lets the running ones finish.",
 		}),
@@ -122,7 +128,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, k := range []string{"input", "cached_input", "output", "reasoning"} {
 		m.Tokens.WithLabelValues(k)
 	}
+	for _, k := range codexrpc.AllBadLines {
+		m.BadLines.WithLabelValues(k.String())
+	}
 	if reg != nil {
+		reg.MustRegister(m.BadLines)
 		reg.MustRegister(m.Hung, m.ThreadResumes, m.WarmThreads, m.Draining, m.LimitHits, m.UserReaps, m.UnaskedTurns, m.Tokens, m.BudgetRefusals)
 		reg.MustRegister(m.Rounds, m.FirstDelta, m.RoundDuration, m.LiveAppServers, m.Starts,
 			m.Deaths, m.Restarts, m.Evictions, m.Logins, m.RemoteRejected, m.Users, m.RoundsInFlight)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/testkit/fakeappserver"
+	"github.com/meshweaver/supervisor/testkit/syncbuf"
 )
 
 // These tests run the scripted fake app-server as a real child process (this
@@ -530,5 +533,104 @@ func TestFakeModelListAllPages(t *testing.T) {
 		if len(all) != tt.want || len(ids) != tt.want || (hidden > 0) != tt.hidden {
 			t.Errorf("includeHidden %v: %d models (%d distinct, %d hidden), want %d", tt.hidden, len(all), len(ids), hidden, tt.want)
 		}
+	}
+}
+
+// TestFakeJunkFloodEndsTheProcess: an app-server that floods its stdout
+// with lines that are not JSON-RPC (the fake's JunkLines: garbage, forged
+// answers, notifications with bad params) past the Conn's bound is
+// killed: its Conn ends with ErrBadLines, the process exits by SIGKILL
+// though it never stopped writing, and the log holds a few lines, not
+// one per junk line. Without the bound the process lived on, its 50,000
+// lines each a WARN.
+func TestFakeJunkFloodEndsTheProcess(t *testing.T) {
+	launch, err := fakeappserver.Relaunch(fakeappserver.Fake{JunkLines: 50000}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	var bad atomic.Int64
+	env := append(launch.Env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	p, err := Start(Config{
+		Binary:    launch.Path,
+		Args:      launch.Args,
+		Env:       AllowedEnv(os.Environ(), env),
+		Home:      t.TempDir(),
+		Logger:    slog.New(slog.NewTextHandler(logs, nil)),
+		StopGrace: time.Second,
+		Conn:      codexrpc.Options{OnBadLine: func(codexrpc.BadLine) { bad.Add(1) }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopOnCleanup(t, p)
+	if _, err := codexproto.NewClient(p.Conn()).Initialize(ctxFor(t), codexproto.ClientInfo{Name: "meshweaver-test", Version: "0.0.1"}); err != nil {
+		t.Fatalf("initialize (answered before the flood): %v", err)
+	}
+	select {
+	case <-p.Exited():
+	case <-time.After(eventTimeout):
+		t.Fatalf("the flooding app-server still runs after %v (%d bad lines read)", eventTimeout, bad.Load())
+	}
+	if st := p.ExitStatus(); st.Signal != "SIGKILL" {
+		t.Errorf("exit %v, want killed by SIGKILL", st)
+	}
+	<-p.Conn().Done()
+	if err := p.Conn().Err(); !errors.Is(err, codexrpc.ErrBadLines) {
+		t.Errorf("Conn.Err = %v, want ErrBadLines", err)
+	}
+	if n := bad.Load(); n <= codexrpc.DefaultMaxBadLines || n >= 50000*8/9 {
+		t.Errorf("%d bad lines counted, want just past the bound of %d", n, codexrpc.DefaultMaxBadLines)
+	}
+	out := logs.String()
+	if lines := strings.Count(out, "\n"); lines > 10 || len(out) > 8<<10 || !strings.Contains(out, "killing the codex app-server") {
+		t.Errorf("%d log lines, %d bytes for the flood, want at most 10 under 8 KiB naming the kill:\n%s", lines, len(out), out)
+	} else {
+		t.Logf("%d bad lines read: %d log lines, %d bytes", bad.Load(), lines, len(out))
+	}
+}
+
+// TestFakeStderrFloodSampled: an app-server that writes 1,000 ERROR lines
+// to stderr (the fake's 500 StderrLines, at its start and at its end)
+// reaches the log with the first 20 and one line counting the rest, where
+// each was a WARN of its own; the stderr tail still ends with the last.
+func TestFakeStderrFloodSampled(t *testing.T) {
+	var lines []string
+	for i := range 500 {
+		lines = append(lines, fmt.Sprintf("2026-12-07T00:00:00.000000Z ERROR codex_core::flood: line %d", i))
+	}
+	launch, err := fakeappserver.Relaunch(fakeappserver.Fake{StderrLines: lines}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	env := append(launch.Env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	p, err := Start(Config{
+		Binary:    launch.Path,
+		Args:      launch.Args,
+		Env:       AllowedEnv(os.Environ(), env),
+		Home:      t.TempDir(),
+		Logger:    slog.New(slog.NewTextHandler(logs, nil)),
+		StopGrace: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopOnCleanup(t, p)
+	if _, err := codexproto.NewClient(p.Conn()).Initialize(ctxFor(t), codexproto.ClientInfo{Name: "meshweaver-test", Version: "0.0.1"}); err != nil {
+		t.Fatalf("initialize: %v", err)
+	}
+	if err := p.Stop(ctxFor(t)); err != nil { // stdin closed: the fake writes its lines again and exits
+		t.Fatal(err)
+	}
+	out := logs.String()
+	relayed, summary := strings.Count(out, `msg="codex stderr"`), strings.Count(out, "not_logged=980")
+	if relayed != stderrLogged || summary != 1 || len(out) > 8<<10 {
+		t.Errorf("%d stderr lines relayed, %d summaries of 980, %d bytes; want %d, 1, under 8 KiB:\n%s", relayed, summary, len(out), stderrLogged, out)
+	} else {
+		t.Logf("1,000 ERROR lines on stderr: %d log lines, %d bytes", strings.Count(out, "\n"), len(out))
+	}
+	if tail := p.StderrTail(); !strings.HasSuffix(tail, "line 499") {
+		t.Errorf("the stderr tail ends %q, want the last line", tail[max(0, len(tail)-80):])
 	}
 }

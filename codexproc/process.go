@@ -226,6 +226,21 @@ func Start(cfg Config) (*Process, error) {
 	}
 	opts := cfg.Conn
 	opts.OnEOF = p.exitCause
+	onAbort := opts.OnAbort
+	opts.OnAbort = func(err error) {
+		// The Conn stopped reading output that goes on (a flood of lines
+		// that are not JSON-RPC): the process is ended, and its exit is
+		// reported as any death, with err as the cause.
+		select {
+		case <-p.exited:
+		default:
+			p.log.Warn("killing the codex app-server: it broke the bound of lines that are not JSON-RPC", "err", err)
+			signalGroup(p.pid, syscall.SIGKILL)
+		}
+		if onAbort != nil {
+			onAbort(err)
+		}
+	}
 	if opts.Logger == nil {
 		opts.Logger = p.log
 	}
@@ -314,9 +329,20 @@ func signalName(s syscall.Signal) string {
 	return s.String()
 }
 
-// readStderr relays stderr to the log and keeps a bounded, redacted tail.
+// stderrLogged is how many stderr lines of a process a minute reach the
+// log, at each level; the rest are counted in one line. The process is
+// hostile input (an agent controls its own), and its stderr is a pipe it
+// can flood: each ERROR line was a WARN of its own.
+const stderrLogged = 20
+
+// readStderr relays stderr to the log, sampled, and keeps a bounded,
+// redacted tail.
 func (p *Process) readStderr() {
 	defer close(p.stderrDone)
+	warn := codexrpc.NewLogSampler(p.log, slog.LevelWarn, stderrLogged, time.Minute, "codex stderr: more lines, not logged")
+	debug := codexrpc.NewLogSampler(p.log, slog.LevelDebug, stderrLogged, time.Minute, "codex stderr: more lines, not logged")
+	defer warn.Flush()
+	defer debug.Flush()
 	lr := codexrpc.NewLineReader(p.stderrR, 64<<10)
 	for {
 		line, err := lr.ReadLine()
@@ -334,9 +360,9 @@ func (p *Process) readStderr() {
 			text = text[:512] + "…"
 		}
 		if strings.Contains(text, " ERROR ") || strings.HasPrefix(text, "Error:") {
-			p.log.Warn("codex stderr", "line", text)
+			warn.Log("codex stderr", "line", text)
 		} else {
-			p.log.Debug("codex stderr", "line", text)
+			debug.Log("codex stderr", "line", text)
 		}
 		p.tailMu.Lock()
 		p.tail = append(p.tail, text)

@@ -10,7 +10,10 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // RequestHandler answers a request the server sent. It runs on its own
@@ -54,15 +57,42 @@ type Options struct {
 	// every pending and later call; an *ExitError is copied per call with
 	// the call's method. It must return in bounded time.
 	OnEOF func() error
-	// MaxLineBytes caps one incoming line (DefaultMaxLineBytes when zero).
+	// MaxLineBytes caps one incoming line (DefaultMaxLineBytes when zero):
+	// a longer line is read through in pieces, never held, and skipped.
 	MaxLineBytes int
+	// MaxBadLines bounds the lines the Conn skips (BadLine: not JSON-RPC,
+	// over MaxLineBytes, an answer to an id never sent, a server request
+	// past MaxServerRequests): a burst of this many, refilled at
+	// BadLineRate a second (DefaultMaxBadLines and DefaultBadLineRate when
+	// zero; no bound when MaxBadLines is negative). Past it the Conn ends
+	// itself: pending and later calls fail with an error wrapping
+	// ErrBadLines, Err reports it, and OnAbort is called.
+	MaxBadLines int
+	BadLineRate float64
+	// OnBadLine, when set, is called on the read goroutine for every line
+	// skipped, with why (a counter's Inc). It must not block.
+	OnBadLine func(BadLine)
+	// OnAbort, when set, is called once on the read goroutine when the
+	// Conn ended itself (ErrBadLines) while the server may still be
+	// writing: the server's owner ends it. It must not block.
+	OnAbort func(err error)
+	// MaxServerRequests bounds the server requests whose OnRequest runs at
+	// once, each on a goroutine of its own (DefaultMaxServerRequests when
+	// zero); one past it is answered -32001 at once, and skipped as a bad
+	// line.
+	MaxServerRequests int
 	// Retry bounds retries of overloaded calls (DefaultRetry when zero).
 	Retry RetryPolicy
 	// Trace, when set, sees every line written (out=true) and read.
 	Trace func(out bool, line []byte)
-	// Logger receives skipped lines and handler failures (slog.Default when nil).
+	// Logger receives skipped lines (sampled: the first few a minute, then
+	// a count) and handler failures (slog.Default when nil).
 	Logger *slog.Logger
 }
+
+// DefaultMaxServerRequests is the default of Options.MaxServerRequests:
+// the real CLI asks one approval at a time per turn.
+const DefaultMaxServerRequests = 256
 
 // Conn is one JSON-RPC connection to an app-server. It owns one read
 // goroutine, started by NewConn and ended by the end of the input stream,
@@ -89,8 +119,14 @@ type Conn struct {
 	handlerCtx    context.Context
 	cancelHandler context.CancelFunc
 	handlers      sync.WaitGroup
+	inflight      atomic.Int64    // server requests whose handler runs
 	batch         []*Notification // read goroutine only: for OnNotifications
 	done          chan struct{}   // closed when the read goroutine returns
+
+	badLines atomic.Uint64 // lines skipped, ever
+	bound    *rate.Limiter // Options.MaxBadLines; nil when off
+	badLog   *LogSampler   // read goroutine only: the skipped lines (at Warn)
+	lateLog  *LogSampler   // read goroutine only: answers to calls given up
 }
 
 type pendingCall struct {
@@ -131,6 +167,15 @@ func NewConn(r io.Reader, w io.WriteCloser, opts Options) *Conn {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.MaxBadLines == 0 {
+		opts.MaxBadLines = DefaultMaxBadLines
+	}
+	if opts.BadLineRate <= 0 {
+		opts.BadLineRate = DefaultBadLineRate
+	}
+	if opts.MaxServerRequests <= 0 {
+		opts.MaxServerRequests = DefaultMaxServerRequests
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Conn{
 		r: r, w: w, opts: opts, log: opts.Logger,
@@ -139,6 +184,11 @@ func NewConn(r io.Reader, w io.WriteCloser, opts Options) *Conn {
 		cancelHandler: cancel,
 		done:          make(chan struct{}),
 		wdone:         make(chan struct{}),
+		bound:         badLineBound(opts),
+		badLog: NewLogSampler(opts.Logger, slog.LevelWarn, badLinesLogged, badLineWindow,
+			"codex: skipped more lines that are not JSON-RPC, not logged"),
+		lateLog: NewLogSampler(opts.Logger, slog.LevelDebug, badLinesLogged, badLineWindow,
+			"codex: more answers to calls given up, not logged"),
 	}
 	c.wcond = sync.NewCond(&c.mu)
 	go c.readLoop()
@@ -318,6 +368,10 @@ func (c *Conn) forget(id int64) {
 	c.mu.Unlock()
 }
 
+// BadLines reports how many lines of the server's the Conn has skipped
+// (every BadLine), for a counter or a test.
+func (c *Conn) BadLines() uint64 { return c.badLines.Load() }
+
 // Pending reports how many calls await an answer.
 func (c *Conn) Pending() int {
 	c.mu.Lock()
@@ -444,8 +498,11 @@ func (c *Conn) readLoop() {
 		line, err := lr.ReadLine()
 		if err != nil {
 			if errors.Is(err, ErrLineTooLong) {
-				c.log.Warn("codex: skipping an over-long line", "err", err)
 				lr.shrink()
+				if c.skipped(BadLineTooLong, "codex: skipping an over-long line", func() []any { return []any{"err", err} }) {
+					readErr = c.badLinesErr()
+					break
+				}
 				continue
 			}
 			readErr = err
@@ -456,14 +513,26 @@ func (c *Conn) readLoop() {
 		}
 		msg, err := dec.decode(line)
 		if err != nil {
-			c.log.Warn("codex: skipping a line that is not JSON-RPC", "err", err, "bytes", len(line), "head", logHead(line))
+			broken := c.skipped(BadLineNotJSONRPC, "codex: skipping a line that is not JSON-RPC", func() []any {
+				return []any{"err", clip(err.Error(), 200), "bytes", len(line), "head", logHead(line)}
+			})
 			lr.shrink()
+			if broken {
+				readErr = c.badLinesErr()
+				break
+			}
 			continue
 		}
-		c.dispatch(msg)
+		broken := c.dispatch(msg)
 		lr.shrink()
+		if broken {
+			readErr = c.badLinesErr()
+			break
+		}
 	}
 	c.handOff()
+	c.badLog.Flush()
+	c.lateLog.Flush()
 	c.finish(readErr)
 }
 
@@ -477,7 +546,9 @@ func (c *Conn) handOff() {
 	c.opts.OnNotifications(b)
 }
 
-func (c *Conn) dispatch(msg Message) {
+// dispatch hands msg on; broken reports a skipped line that broke the
+// bound of bad lines.
+func (c *Conn) dispatch(msg Message) (broken bool) {
 	if n, ok := msg.(*Notification); ok {
 		switch {
 		case c.opts.OnNotifications != nil:
@@ -488,7 +559,7 @@ func (c *Conn) dispatch(msg Message) {
 		case c.opts.OnNotification != nil:
 			c.opts.OnNotification(n)
 		}
-		return
+		return false
 	}
 	c.handOff() // what came before an answer or a request is delivered first
 	switch m := msg.(type) {
@@ -499,20 +570,33 @@ func (c *Conn) dispatch(msg Message) {
 		if ok {
 			delete(c.pending, id)
 		}
+		sent := err == nil && id > 0 && id <= c.nextID
 		c.mu.Unlock()
-		if err != nil || !ok {
-			c.log.Debug("codex: answer to no pending call", "id", head(m.ID, 40))
-			return
+		switch {
+		case !sent: // forged: no call of this Conn's had that id
+			return c.skipped(BadLineStrayAnswer, "codex: skipping an answer to an id never sent", func() []any { return []any{"id", logHead(m.ID)} })
+		case !ok: // a call given up (Forget, a deadline) or answered twice
+			c.lateLog.Log("codex: answer to no pending call", "id", head(m.ID, 40))
+			return false
 		}
 		p.answer(callResult{resp: m})
 	case *Request:
 		if c.opts.OnRequest == nil {
 			c.answerError(m, &WireError{Code: CodeMethodNotFound, Message: "method not found: " + m.Method})
-			return
+			return false
 		}
+		if c.inflight.Load() >= int64(c.opts.MaxServerRequests) {
+			broken := c.skipped(BadLineExcessRequest, "codex: refusing a server request past the cap", func() []any {
+				return []any{"method", clip(m.Method, 100), "cap", c.opts.MaxServerRequests}
+			})
+			c.answerError(m, &WireError{Code: CodeOverloaded, Message: fmt.Sprintf("%d server requests are in flight; retry later", c.opts.MaxServerRequests)})
+			return broken
+		}
+		c.inflight.Add(1)
 		c.handlers.Add(1)
 		go func() {
 			defer c.handlers.Done()
+			defer c.inflight.Add(-1)
 			res, err := c.opts.OnRequest(c.handlerCtx, m)
 			if err != nil {
 				var we *WireError
@@ -523,15 +607,16 @@ func (c *Conn) dispatch(msg Message) {
 				return
 			}
 			if werr := c.write(outResult{ID: m.ID, Result: res}); werr != nil {
-				c.log.Debug("codex: could not answer a server request", "method", m.Method, "err", werr)
+				c.log.Debug("codex: could not answer a server request", "method", clip(m.Method, 100), "err", werr)
 			}
 		}()
 	}
+	return false
 }
 
 func (c *Conn) answerError(m *Request, we *WireError) {
 	if err := c.write(outError{ID: m.ID, Error: we}); err != nil {
-		c.log.Debug("codex: could not answer a server request", "method", m.Method, "err", err)
+		c.log.Debug("codex: could not answer a server request", "method", clip(m.Method, 100), "err", err)
 	}
 }
 
@@ -541,10 +626,16 @@ func (c *Conn) finish(readErr error) {
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
+	aborted := errors.Is(readErr, ErrBadLines)
 	var cause error
 	switch {
 	case closed:
 		cause = ErrClosed
+	case aborted:
+		// The output has not ended: the server is still there, and is
+		// told to go (its stdin closed) and, by OnAbort, made to.
+		cause = readErr
+		_ = c.w.Close()
 	case c.opts.OnEOF != nil:
 		// Bounded by the OnEOF contract; it may wait for the process exit and
 		// its stderr, so it runs before pending calls are failed.
@@ -570,6 +661,9 @@ func (c *Conn) finish(readErr error) {
 	for _, p := range pending {
 		p.answer(callResult{err: causeFor(p.method, cause)})
 	}
+	if aborted && c.opts.OnAbort != nil && !errors.Is(cause, ErrClosed) {
+		c.opts.OnAbort(cause)
+	}
 }
 
 // causeFor makes the error a call to method sees when the connection died.
@@ -584,6 +678,14 @@ func causeFor(method string, cause error) error {
 		return &cp
 	}
 	return fmt.Errorf("%s: connection lost: %w", method, cause)
+}
+
+// clip is s cut to n bytes, for a log line.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }
 
 func head(b []byte, n int) string {

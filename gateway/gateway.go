@@ -161,6 +161,13 @@ func (g *Gateway) Handler() http.Handler {
 	// clean form (dot segments, doubled slashes) is 404 rather than a
 	// redirect, so a client never follows a path it did not write.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The daemon's TLS config refuses such a certificate at the
+		// handshake already; a gateway given another config must not
+		// pick one of its names either.
+		if err := remote.CheckIdentity(r.TLS); err != nil {
+			fail(w, http.StatusForbidden, edge.ReasonUnauthorized, err)
+			return
+		}
 		if _, pattern := mux.Handler(r); pattern == "" || path.Clean(r.URL.Path) != r.URL.Path {
 			fail(w, http.StatusNotFound, "", errors.New("no route for this method and path (docs/REMOTE.md, \"HTTP gateway\")"))
 			return
@@ -201,12 +208,24 @@ func peer(r *http.Request) (identity string, addr net.Addr) {
 func read[T any](g *Gateway, w http.ResponseWriter, r *http.Request, edit func(*T)) (T, bool) {
 	var m T
 	rc := http.NewResponseController(w)
+	if r.ContentLength > g.cfg.MaxBody {
+		// Refused before a byte of it is read: no wait for a body that
+		// may never come. The connection closes after the answer, and a
+		// read deadline already past keeps the server from draining
+		// what does come.
+		_ = rc.SetReadDeadline(time.Now())
+		w.Header().Set("Connection", "close")
+		fail(w, http.StatusRequestEntityTooLarge, "", fmt.Errorf("the body is over %d bytes (Content-Length %d)", g.cfg.MaxBody, r.ContentLength))
+		return m, false
+	}
 	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBody))
 	if err != nil {
-		// The deadline stays: the server drains what is left of a body
-		// before it reuses the connection, and a trickled one would hold
-		// it open to its end. The connection closes after the answer.
+		// Nothing more of this body is wanted: the read deadline moves to
+		// now, else net/http's drain of what is left (up to 256 KiB)
+		// would wait for a trickled or withheld rest until the deadline.
+		// The connection closes after the answer.
+		_ = rc.SetReadDeadline(time.Now())
 		w.Header().Set("Connection", "close")
 	} else {
 		_ = rc.SetReadDeadline(time.Time{})

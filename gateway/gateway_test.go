@@ -3,11 +3,15 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -259,6 +263,13 @@ func TestHostileRequests(t *testing.T) {
 		{"type mismatch", "/v1/rounds", `{"user":"a","thread":"t","text":42}`, 400, "does not fit"},
 		{"not an object", "/v1/rounds", `[1,2]`, 400, "not a JSON object"},
 		{"trailing", "/v1/rounds", `{"user":"a","thread":"t","text":"x"} {}`, 400, "data after"},
+		// A key twice: encoding/json kept the last, a proxy may read the
+		// first; refused at every depth, an escape spelling the same key.
+		{"duplicate key", "/v1/rounds", `{"user":"a","thread":"t","text":"x","user":"b"}`, 400, `the key \"user\" appears twice in the body's object`},
+		{"duplicate key, escaped", "/v1/rounds", `{"user":"a","thread":"t","text":"x","\u0074ext":"y"}`, 400, `the key \"text\" appears twice`},
+		{"duplicate key, nested", "/v1/rounds", `{"user":"a","thread":"t","text":"x","history":[{"role":"user","text":"hi"},{"role":"assistant","text":"a","role":"user"}]}`, 400, `the key \"role\" appears twice in the object at history[1]`},
+		{"duplicate key, deeper", "/v1/rounds", `{"user":"a","thread":"t","text":"x","sneaky":{"a b":[{"k":1,"k":2}]}}`, 400, `the key \"k\" appears twice in the object at sneaky.\"a b\"[0]`},
+		{"same key in two objects", "/v1/rounds", `{"user":"a","thread":"t","text":"x","history":[{"role":"user","text":"hi"},{"role":"assistant","text":"a"}]}`, 200, "round_finished"},
 		{"reply_to", "/v1/rounds", `{"user":"a","thread":"t","text":"x","reply_to":{"address":"h:1","id":"x"}}`, 400, "reply_to"},
 		{"policy out of range", "/v1/rounds", `{"user":"a","thread":"t","text":"x","on_request":"always"}`, 400, "on_request"},
 	} {
@@ -404,6 +415,83 @@ func TestTrickledBodyCutOff(t *testing.T) {
 	}
 }
 
+// A declared Content-Length over MaxBody is answered 413 at once, before
+// any of the body is read, and the connection closed: without that the
+// server waited for a body that never came until BodyTimeout (30 s by
+// default, a minute here). Just over the limit (where net/http would
+// drain up to 256 KiB after the answer) and far over it alike.
+func TestDeclaredLengthOverLimit(t *testing.T) {
+	base := serve(t, nil, func(c *Config) { c.BodyTimeout = time.Minute })
+	const wait = 10 * time.Second // well under BodyTimeout
+	for _, tc := range []struct {
+		name, head, body string
+	}{
+		{"just over", "Content-Length: 4097\r\n", ""},
+		{"far over", "Content-Length: 1099511627776\r\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			start := time.Now()
+			if _, err := conn.Write([]byte("POST /v1/rounds HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + tc.head + "\r\n" + tc.body)); err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(wait))
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer within %v: %v", wait, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "over 4096 bytes") {
+				t.Errorf("%d %s; want 413 naming the limit", resp.StatusCode, b)
+			}
+			// The server ends the connection: it does not hold it for the
+			// body it refused.
+			if _, err := io.ReadAll(br); err != nil {
+				t.Errorf("the connection was not closed after the answer: %v", err)
+			}
+			t.Logf("413 and the close after %v", time.Since(start))
+		})
+	}
+}
+
+// A chunked body (no declared length) over MaxBody is answered 413 when
+// the limit is read, and the connection closed then: it was held, the
+// handler's goroutine with it, until BodyTimeout while net/http drained
+// the rest of a body that was never sent.
+func TestChunkedOverLimitClosed(t *testing.T) {
+	base := serve(t, nil, func(c *Config) { c.BodyTimeout = time.Minute })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	chunk := strings.Repeat("x", 5000)
+	if _, err := conn.Write([]byte("POST /v1/rounds HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n" + chunk + "\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	const wait = 10 * time.Second // well under BodyTimeout
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer within %v: %v", wait, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "over 4096 bytes") {
+		t.Errorf("%d %s; want 413 naming the limit", resp.StatusCode, b)
+	}
+	if _, err := io.ReadAll(br); err != nil {
+		t.Errorf("the connection was not closed after the answer: %v", err)
+	}
+}
+
 // Every refusal has its HTTP status, and the body is the JSON error body
 // ({"error", "reason"}) or the reply's own JSON with its error field: the
 // edge's (400, 403, 413, 429), the daemon's answers to calls (404, 409,
@@ -486,4 +574,30 @@ func TestRefusalStatuses(t *testing.T) {
 			t.Errorf("%d %+v; want 200, an event, then the verdict", resp.StatusCode, evs)
 		}
 	})
+}
+
+// TestTwoURISANsForbidden: a caller whose certificate carries two URI SANs
+// is refused with 403 naming them, even when the first is granted and the
+// TLS config let it through; the same caller with one of them is served.
+func TestTwoURISANsForbidden(t *testing.T) {
+	p, err := edge.ParsePolicy([]byte(`{"version":1,"grants":[{"identities":["spiffe://mesh/alice"],"users":["alice"],"kinds":["control"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, gw := serveGW(t, p, nil)
+	alice, _ := url.Parse("spiffe://mesh/alice")
+	bob, _ := url.Parse("spiffe://mesh/bob")
+	do := func(uris ...*url.URL) (int, string) {
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/interrupt", strings.NewReader(`{"user":"alice","thread":"t"}`))
+		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{URIs: uris}}}
+		w := httptest.NewRecorder()
+		gw.Handler().ServeHTTP(w, r)
+		return w.Code, w.Body.String()
+	}
+	if code, body := do(alice, bob); code != http.StatusForbidden || !strings.Contains(body, "2 URI SANs") {
+		t.Errorf("two URI SANs, the first granted: %d %s; want 403 naming them", code, body)
+	}
+	if code, body := do(alice); code != http.StatusOK {
+		t.Errorf("one granted URI SAN: %d %s; want 200", code, body)
+	}
 }

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -18,7 +20,8 @@ import (
 // names.
 
 // decodeJSON reads one JSON object into the message v points to, with the
-// wire names. Unknown keys, a second value and a type mismatch are errors.
+// wire names. Unknown keys, a key twice in one object, a second value and
+// a type mismatch are errors.
 func decodeJSON(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
@@ -32,6 +35,9 @@ func decodeJSON(body []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("data after the JSON object")
 	}
+	if err := dupKey(body); err != nil {
+		return err
+	}
 	packed, err := msgpack.Marshal(numbers(obj))
 	if err != nil {
 		return fmt.Errorf("the body cannot be read: %w", err)
@@ -42,6 +48,131 @@ func decodeJSON(body []byte, v any) error {
 		return fmt.Errorf("the body does not fit the message: %s", cleanMsgpackErr(err))
 	}
 	return nil
+}
+
+// dupKey refuses a key that appears twice in one object of the JSON text
+// b, at any depth (two spellings of one key, "a" and "\u0061", are one
+// key): encoding/json keeps the last, other parsers the first, and a proxy
+// in front that reads the other would check what the daemon does not run.
+// b must be valid JSON (encoding/json has read it): the scan only follows
+// the structure, one pass with no recursion.
+func dupKey(b []byte) error {
+	var stack []keyFrame
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '{':
+			stack = append(stack, keyFrame{obj: true, wantKey: true})
+		case '[':
+			stack = append(stack, keyFrame{})
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+		case ',':
+			if top := &stack[len(stack)-1]; top.obj {
+				top.wantKey = true
+			} else {
+				top.idx++
+			}
+		case '"':
+			end := i + 1
+			for b[end] != '"' {
+				if b[end] == '\\' {
+					end++
+				}
+				end++
+			}
+			raw := b[i : end+1]
+			i = end
+			if len(stack) == 0 || !stack[len(stack)-1].obj || !stack[len(stack)-1].wantKey {
+				continue // a value
+			}
+			top := &stack[len(stack)-1]
+			top.wantKey = false
+			var key string
+			if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+				key = string(raw[1 : len(raw)-1])
+			} else if err := json.Unmarshal(raw, &key); err != nil {
+				return fmt.Errorf("the body cannot be read: %w", err)
+			}
+			if top.has(key) {
+				var path strings.Builder
+				for _, f := range stack[:len(stack)-1] {
+					switch {
+					case !f.obj:
+						path.WriteString("[" + strconv.Itoa(f.idx) + "]")
+					case path.Len() > 0:
+						path.WriteString("." + pathKey(f.key))
+					default:
+						path.WriteString(pathKey(f.key))
+					}
+				}
+				where := "the body's object"
+				if path.Len() > 0 {
+					where = fmt.Sprintf("the object at %.200s", path.String())
+				}
+				return fmt.Errorf("the key %.100q appears twice in %s: a key may be given once", key, where)
+			}
+			top.add(key)
+			top.key = key
+		}
+	}
+	return nil
+}
+
+// keyFrame is an object or an array dupKey is in.
+type keyFrame struct {
+	obj     bool
+	wantKey bool                // obj: the next string is a key
+	keys    []string            // obj: its keys so far, while few
+	set     map[string]struct{} // obj: its keys, once many
+	key     string              // obj: the current member's key
+	idx     int                 // array: the current element's index
+}
+
+// fewKeys is how many keys an object's frame keeps in a slice (a message's
+// objects have a handful) before it takes a map.
+const fewKeys = 16
+
+func (f *keyFrame) has(key string) bool {
+	if f.set != nil {
+		_, ok := f.set[key]
+		return ok
+	}
+	for _, k := range f.keys {
+		if k == key {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *keyFrame) add(key string) {
+	switch {
+	case f.set != nil:
+		f.set[key] = struct{}{}
+	case len(f.keys) < fewKeys:
+		f.keys = append(f.keys, key)
+	default:
+		f.set = make(map[string]struct{}, 2*fewKeys)
+		for _, k := range f.keys {
+			f.set[k] = struct{}{}
+		}
+		f.set[key] = struct{}{}
+		f.keys = nil
+	}
+}
+
+// pathKey is a key as a step of a path: as it is when it is a plain
+// name, else quoted.
+func pathKey(key string) string {
+	if key == "" {
+		return `""`
+	}
+	for _, r := range key {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return strconv.Quote(key)
+		}
+	}
+	return key
 }
 
 // numbers turns json.Numbers into int64 (or float64 when not integral),

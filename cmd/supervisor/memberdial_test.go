@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -137,6 +139,52 @@ func TestMemberDialDecision(t *testing.T) {
 	// per-address one) keeps the callers' rule.
 	if err := rig.certs.verifyDialled(leafState(t, caller)); err != nil {
 		t.Errorf("verifyDialled, caller: %v, want admitted", err)
+	}
+}
+
+// TestTwoURISANsRefused: a certificate of the CA that carries two URI SANs
+// (a member's and a caller's) names no one identity, and every handshake
+// the daemon verifies refuses it, naming why: a connection to the remote or
+// the gateway (the server config both take), with --authz and with
+// --authz-allow-any, and a dial at a member's address or a caller's.
+// Without the check the first URI was the identity: at a member's address
+// the member's name let a caller's certificate in.
+func TestTwoURISANsRefused(t *testing.T) {
+	rig := newMemberDialRig(t)
+	member, err := url.Parse("spiffe://mesh/supervisor-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller, err := url.Parse("spiffe://mesh/alice-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, _ := rig.ca.issueFor(t, rig.dir, "two-names", []net.IP{net.IPv4(127, 0, 0, 1)}, nil, member, caller)
+	const memberAddr, callerAddr = "127.0.0.1:4100", "127.0.0.1:4200"
+	rig.setMembers(map[string]string{"a": "127.0.0.1:4000", "b": memberAddr})
+	server, err := rig.conf.GetConfigForClient(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "2 URI SANs") {
+			t.Errorf("%s: %v, want refused naming the 2 URI SANs", what, err)
+		}
+	}
+	cs := leafState(t, two)
+	cs.VerifiedChains = [][]*x509.Certificate{cs.PeerCertificates} // crypto/tls verified the chain
+	refused("an incoming handshake, --authz", server.VerifyConnection(cs))
+	refused("a dial at a member's address", rig.certs.verifyDialledTo(memberAddr)(leafState(t, two)))
+	refused("a dial at a caller's address", rig.certs.verifyDialledTo(callerAddr)(leafState(t, two)))
+	refused("a dial without the per-address check", rig.certs.verifyDialled(leafState(t, two)))
+	rig.certs.admit, rig.certs.member = nil, nil // --authz-allow-any
+	refused("an incoming handshake, --authz-allow-any", server.VerifyConnection(cs))
+	refused("a dial, --authz-allow-any", rig.certs.verifyDialledTo(callerAddr)(leafState(t, two)))
+	// One URI SAN of the same CA still passes.
+	one, _ := rig.ca.issueURI(t, rig.dir, "one-name", "spiffe://mesh/supervisor-b")
+	if err := rig.certs.verifyDialledTo(memberAddr)(leafState(t, one)); err != nil {
+		t.Errorf("a member's certificate with one URI SAN: %v, want admitted", err)
 	}
 }
 

@@ -195,9 +195,13 @@ func newTLSReloader(t tlsOptions) (*tlsReloader, *tls.Config, error) {
 	return r, conf, nil
 }
 
-// verifyPeer runs after the chain is verified: an identity no grant names
-// is refused before its connection may buffer anything.
+// verifyPeer runs after the chain is verified: a certificate that names no
+// one identity (two URI SANs), and an identity no grant names, are refused
+// before their connection may buffer anything.
 func (r *tlsReloader) verifyPeer(cs tls.ConnectionState) error {
+	if err := remote.CheckIdentity(&cs); err != nil {
+		return err
+	}
 	if r.admit == nil {
 		return nil
 	}
@@ -251,6 +255,9 @@ func (r *tlsReloader) isMember(addr string) bool {
 
 func (r *tlsReloader) verifyDialledAt(addr string, member bool, cs tls.ConnectionState) error {
 	err := remote.VerifyChain(cs.PeerCertificates, r.cur.Load().pool, x509.ExtKeyUsageServerAuth)
+	if err == nil {
+		err = remote.CheckIdentity(&cs)
+	}
 	switch {
 	case err != nil:
 	case member && r.member != nil:

@@ -56,6 +56,15 @@ type Fake struct {
 	// GarbageLines writes a non-JSON (or non-object) line before every
 	// message the fake sends. The lines cycle through garbageLines.
 	GarbageLines bool `json:"garbageLines,omitempty"`
+	// JunkLines writes this many lines of a hostile app-server once, right
+	// after it handled the first request of JunkOnMethod (initialize when
+	// empty) whose params hold JunkOnText (any, when empty), then serves on: they cycle through junkLines (garbageLines,
+	// an answer to an id the client never sent, and a notification whose
+	// params are no object: eight of every nine are lines a client must
+	// skip).
+	JunkLines    int    `json:"junkLines,omitempty"`
+	JunkOnMethod string `json:"junkOnMethod,omitempty"`
+	JunkOnText   string `json:"junkOnText,omitempty"`
 	// HugeLineBytes pads the first item/agentMessage/delta of every turn so
 	// that its line is exactly this many bytes, not counting the newline
 	// (lines are never shortened). The completed item and turn/completed

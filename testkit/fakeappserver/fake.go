@@ -35,6 +35,12 @@ var garbageLines = []string{
 	"null",
 }
 
+// junkLines are the lines JunkLines writes: garbageLines, a forged answer,
+// and a notification with bad params (JSON-RPC, so a client hands it on).
+var junkLines = append(append([]string(nil), garbageLines...),
+	`{"id":987654321,"result":{"thread":{"id":"forged"}}}`,
+	`{"method":"item/agentMessage/delta","params":"not an object"}`)
+
 // Serve speaks the app-server protocol on r and w until r reaches EOF
 // (then it returns nil, or with IgnoreStdinEOF waits for ctx), ctx ends
 // (ctx.Err()), a knob makes it exit (*ExitError) or writing fails. It
@@ -149,6 +155,7 @@ func (f *Fake) Serve(ctx context.Context, r io.Reader, w io.Writer, stderr io.Wr
 type session struct {
 	f         *Fake
 	hog       []byte        // HogOnMethod's memory, held
+	junked    bool          // JunkLines were written
 	w         *bufio.Writer // flushed after each line handled (see Serve): a turn's flood is a few writes, not one per line
 	stderr    io.Writer
 	werr      error
@@ -260,6 +267,7 @@ func (s *session) handleLine(line []byte) error {
 			s.mcpHeld = nil
 		}
 		s.request(m.ID, *m.Method, m.Params)
+		s.junk(*m.Method, m.Params)
 	case m.Method != nil:
 		// Client notifications: "initialized" needs nothing.
 	case m.ID != nil:
@@ -268,6 +276,22 @@ func (s *session) handleLine(line []byte) error {
 		fmt.Fprintf(s.stderr, "ERROR fakeappserver: Failed to deserialize JSONRPCMessage: neither method nor id\n")
 	}
 	return nil
+}
+
+// junk writes JunkLines once, after the first request of JunkOnMethod
+// (initialize when empty) whose params hold JunkOnText was handled.
+func (s *session) junk(method string, params json.RawMessage) {
+	on := s.f.JunkOnMethod
+	if on == "" {
+		on = "initialize"
+	}
+	if s.f.JunkLines <= 0 || s.junked || method != on || !bytes.Contains(params, []byte(s.f.JunkOnText)) {
+		return
+	}
+	s.junked = true
+	for i := 0; i < s.f.JunkLines && s.werr == nil; i++ {
+		_, s.werr = io.WriteString(s.w, junkLines[i%len(junkLines)]+"\n")
+	}
 }
 
 // obj is a JSON object under construction.

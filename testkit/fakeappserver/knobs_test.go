@@ -31,6 +31,69 @@ func TestGarbageLines(t *testing.T) {
 	}
 }
 
+// TestJunkLines: JunkLines lines follow the initialize answer, each of
+// them one a client must skip or drop (not JSON, not an object, an answer
+// to an id never sent, params that are no object), and the fake then
+// serves on; with JunkOnMethod (and JunkOnText) they follow that method's
+// answer (to params holding the text), once.
+func TestJunkLines(t *testing.T) {
+	const n = 30
+	c := serve(t, fakeappserver.Fake{JunkLines: n})
+	c.send(`{"id":1,"method":"initialize","params":{"clientInfo":{"name":"n","version":"1"}}}`)
+	raw, ok := c.nextRaw()
+	if !ok || str(raw, "result", "platformOs") != "linux" {
+		t.Fatalf("initialize answer = %s", raw)
+	}
+	var forged, badParams, garbage int
+	for range n {
+		raw, ok := c.nextRaw()
+		if !ok {
+			t.Fatal("stdout closed")
+		}
+		var m map[string]json.RawMessage
+		switch {
+		case json.Unmarshal(raw, &m) != nil || m == nil: // null is no object
+			garbage++
+		case string(m["id"]) == "987654321":
+			forged++
+		case string(m["params"]) == `"not an object"`:
+			badParams++
+		default:
+			t.Errorf("junk line %s is a usable message", raw)
+		}
+	}
+	if forged != 3 || badParams != 3 || garbage != n-6 {
+		t.Errorf("%d forged answers, %d bad params, %d garbage; want 3, 3, %d", forged, badParams, garbage, n-6)
+	}
+	c.send(`{"id":2,"method":"model/list","params":{}}`)
+	if raw, ok := c.nextRaw(); !ok || !strings.Contains(string(raw), `"id":2`) {
+		t.Errorf("after the junk, model/list answered %s", raw)
+	}
+
+	// On model/list whose params hold "flood": the second, not the first,
+	// and once.
+	c = serve(t, fakeappserver.Fake{JunkLines: 2, JunkOnMethod: "model/list", JunkOnText: "flood"})
+	c.send(`{"id":1,"method":"initialize","params":{"clientInfo":{"name":"n","version":"1"}}}`)
+	for i := 1; i <= 4; i++ {
+		switch i {
+		case 2:
+			c.send(`{"id":2,"method":"model/list","params":{}}`)
+		case 3, 4:
+			c.send(fmt.Sprintf(`{"id":%d,"method":"model/list","params":{"cursor":"flood"}}`, i))
+		}
+		if raw, ok := c.nextRaw(); !ok || !strings.Contains(string(raw), fmt.Sprintf(`"id":%d`, i)) { // an answer or a refusal
+			t.Fatalf("answer %d = %s", i, raw)
+		}
+		if i == 3 {
+			for j := range 2 {
+				if raw, _ := c.nextRaw(); json.Valid(raw) && raw[0] == '{' {
+					t.Errorf("junk line %d after model/list = %s", j, raw)
+				}
+			}
+		}
+	}
+}
+
 func TestGarbageLinesRaw(t *testing.T) {
 	c := serve(t, fakeappserver.Fake{GarbageLines: true})
 	c.send(`{"id":1,"method":"initialize","params":{"clientInfo":{"name":"n","version":"1"}}}`)

@@ -186,13 +186,14 @@ func TypedIdentity(s string) string {
 	return "cn:" + s
 }
 
-// DefaultIdentify names a TLS peer by the first URI SAN of its leaf
+// DefaultIdentify names a TLS peer by the URI SAN of its leaf
 // certificate, as "uri:<URI>", else its Subject CN, as "cn:<CN>"; "" when
 // it sent no certificate or the certificate has neither (DNS or IP SANs
 // name hosts, not callers). The kind is part of the name, so a CN that
 // spells a URI ("cn:spiffe://mesh/gateway") is never the URI identity
 // ("uri:spiffe://mesh/gateway"): a CA that lets requesters choose their CN
-// does not hand out URI identities.
+// does not hand out URI identities. A leaf with several URI SANs names no
+// one identity (CheckIdentity refuses it); DefaultIdentify gives its first.
 func DefaultIdentify(cs *tls.ConnectionState) string {
 	if cs == nil || len(cs.PeerCertificates) == 0 {
 		return ""
@@ -205,6 +206,23 @@ func DefaultIdentify(cs *tls.ConnectionState) string {
 		return "cn:" + cn
 	}
 	return ""
+}
+
+// CheckIdentity refuses a peer whose leaf certificate names no one
+// identity: one that carries URI SANs must carry exactly one (an X.509-SVID
+// has one SPIFFE ID), else which of them the peer is would be a choice of
+// this node's, and a CA that signs a second URI into a certificate would
+// hand out a second identity. Every place that names a TLS peer by
+// DefaultIdentify checks this first: the handshake (a listener, a dial)
+// refuses such a certificate with this error.
+func CheckIdentity(cs *tls.ConnectionState) error {
+	if cs == nil || len(cs.PeerCertificates) == 0 {
+		return nil
+	}
+	if n := len(cs.PeerCertificates[0].URIs); n > 1 {
+		return fmt.Errorf("the peer's certificate carries %d URI SANs; an identity needs exactly one (SPIFFE)", n)
+	}
+	return nil
 }
 
 // VerifyChain verifies a peer's certificates as a handshake hands them
@@ -230,8 +248,8 @@ func VerifyChain(certs []*x509.Certificate, roots *x509.CertPool, usage x509.Ext
 // client it verifies the chain against roots itself (the config sets
 // InsecureSkipVerify, which turns off crypto/tls's chain and host-name
 // checks alike); as a server crypto/tls has verified the client's chain
-// (VerifiedChains) against its ClientCAs. Either way the peer's
-// DefaultIdentify must be want.
+// (VerifiedChains) against its ClientCAs. Either way the peer must pass
+// CheckIdentity and its DefaultIdentify must be want.
 func VerifyIdentity(want string, roots *x509.CertPool) func(tls.ConnectionState) error {
 	want = TypedIdentity(want)
 	return func(cs tls.ConnectionState) error {
@@ -239,6 +257,9 @@ func VerifyIdentity(want string, roots *x509.CertPool) func(tls.ConnectionState)
 			if err := VerifyChain(cs.PeerCertificates, roots, x509.ExtKeyUsageServerAuth); err != nil {
 				return err
 			}
+		}
+		if err := CheckIdentity(&cs); err != nil {
+			return err
 		}
 		if got := DefaultIdentify(&cs); got != want {
 			return fmt.Errorf("the peer is %.200q, not %.200q", got, want)

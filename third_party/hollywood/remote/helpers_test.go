@@ -200,7 +200,8 @@ func one(target, sender *actor.PID, msg proto.Message) *Envelope {
 	return env
 }
 
-// pki is a throwaway CA and its leaf certificates (URI SAN identities).
+// pki is a throwaway CA and its leaf certificates (URI SAN identities:
+// config's identity, and more URI SANs after it when given).
 type pki struct {
 	ca    *x509.Certificate
 	key   *ecdsa.PrivateKey
@@ -235,13 +236,17 @@ func newPKI(t testing.TB) *pki {
 }
 
 // config is a mutual-TLS config whose certificate names identity.
-func (p *pki) config(t testing.TB, identity string) *tls.Config {
+func (p *pki) config(t testing.TB, identity string, more ...string) *tls.Config {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, _ := url.Parse(identity)
+	var uris []*url.URL
+	for _, id := range append([]string{identity}, more...) {
+		u, _ := url.Parse(id)
+		uris = append(uris, u)
+	}
 	p.mu.Lock()
 	p.count++
 	serial := p.count
@@ -251,7 +256,7 @@ func (p *pki) config(t testing.TB, identity string) *tls.Config {
 		Subject:      pkix.Name{CommonName: "cn-" + identity},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),
-		URIs:         []*url.URL{u},
+		URIs:         uris,
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},

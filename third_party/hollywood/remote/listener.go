@@ -113,14 +113,16 @@ func (c *serverConn) Close() error {
 }
 
 // peer describes the connection; TLS fields once the handshake is done.
-func (c *serverConn) peer() Peer {
+// The error is CheckIdentity's refusal of the peer's certificate.
+func (c *serverConn) peer() (Peer, error) {
 	p := Peer{Addr: c.RemoteAddr()}
+	var err error
 	if c.tls != nil {
 		cs := c.tls.ConnectionState()
 		p.TLS = &cs
-		p.Identity = c.l.r.identify(&cs)
+		p.Identity, err = c.l.r.identifyChecked(&cs)
 	}
-	return p
+	return p, err
 }
 
 // addrIP is the IP of a TCP address, unmapped (an IPv4 peer on a dual-stack

@@ -265,6 +265,18 @@ func (r *Remote) identify(cs *tls.ConnectionState) string {
 	return DefaultIdentify(cs)
 }
 
+// identifyChecked is identify for a connection's peer, refusing (under
+// DefaultIdentify) a certificate CheckIdentity refuses; a custom Identify
+// is its own judge.
+func (r *Remote) identifyChecked(cs *tls.ConnectionState) (string, error) {
+	if r.config.identify == nil {
+		if err := CheckIdentity(cs); err != nil {
+			return "", err
+		}
+	}
+	return r.identify(cs), nil
+}
+
 // Address returns the listen address of the remote.
 func (r *Remote) Address() string {
 	return r.addr

@@ -44,7 +44,15 @@ func (r *streamReader) Receive(stream DRPCRemote_ReceiveStream) error {
 	conn := connOf(stream.Context())
 	var peer Peer
 	if conn != nil {
-		peer = conn.peer()
+		var err error
+		if peer, err = conn.peer(); err != nil {
+			// Before any frame: a certificate that names no one identity
+			// holds nothing of this node's, its connection included (a
+			// stream's end alone leaves it open for the next stream).
+			r.remote.refuse(Refusal{Peer: peer, Reason: RefuseHandshake, Err: err})
+			_ = conn.Close()
+			return err
+		}
 	}
 	// The sender addresses this connection has bound: each new one costs the
 	// node an outbound writer (a dial, an fd, a goroutine), so there are at

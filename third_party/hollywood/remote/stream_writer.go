@@ -143,7 +143,13 @@ func (w *streamWriter) run(ctx context.Context) {
 	}
 	if tc, ok := rawconn.(*tls.Conn); ok {
 		cs := tc.ConnectionState()
-		w.ident = w.r.identify(&cs)
+		if w.ident, err = w.r.identifyChecked(&cs); err != nil {
+			_ = rawconn.Close()
+			w.dialErr = fmt.Errorf("dialling %s: %w", w.addr, err)
+			close(w.ready)
+			reason, cause = "unreachable", w.dialErr
+			return
+		}
 	}
 	close(w.ready)
 

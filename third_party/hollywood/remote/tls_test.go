@@ -218,6 +218,77 @@ func TestDefaultIdentify(t *testing.T) {
 	}
 }
 
+// TestCheckIdentity: a certificate with URI SANs names its peer only if it
+// carries exactly one; CN-only and SAN-less certificates are DefaultIdentify's
+// to name, and VerifyIdentity refuses two URIs even when the first is the one
+// expected.
+func TestCheckIdentity(t *testing.T) {
+	alice, _ := url.Parse("spiffe://mesh/alice")
+	bob, _ := url.Parse("spiffe://mesh/bob")
+	state := func(c *x509.Certificate) *tls.ConnectionState {
+		return &tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}}
+	}
+	for _, tc := range []struct {
+		name string
+		cs   *tls.ConnectionState
+		ok   bool
+	}{
+		{"nil", nil, true},
+		{"no certificate", &tls.ConnectionState{}, true},
+		{"one URI SAN", state(&x509.Certificate{URIs: []*url.URL{alice}}), true},
+		{"CN only", state(&x509.Certificate{Subject: pkix.Name{CommonName: "cn"}}), true},
+		{"two URI SANs", state(&x509.Certificate{URIs: []*url.URL{alice, bob}}), false},
+		{"the same URI twice", state(&x509.Certificate{URIs: []*url.URL{alice, alice}}), false},
+	} {
+		err := CheckIdentity(tc.cs)
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "exactly one")) {
+			t.Errorf("%s: %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+	two := *state(&x509.Certificate{URIs: []*url.URL{alice, bob}})
+	two.VerifiedChains = [][]*x509.Certificate{two.PeerCertificates} // as a server after crypto/tls
+	if err := VerifyIdentity("uri:spiffe://mesh/alice", nil)(two); err == nil || !strings.Contains(err.Error(), "2 URI SANs") {
+		t.Errorf("VerifyIdentity of a certificate with two URI SANs, the first expected: %v, want refused", err)
+	}
+}
+
+// TestTwoURISANsRefusedAtTheHandshake: a remote whose TLS config checks only
+// the chain still refuses a peer whose certificate carries two URI SANs, on
+// either side: its connection in is refused (handshake) before any frame is
+// delivered, and its listener, dialled, is unreachable with that reason.
+func TestTwoURISANsRefusedAtTheHandshake(t *testing.T) {
+	p := newPKI(t)
+	gateSaw := make(chan Inbound, 16)
+	d := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/daemon")).
+		WithGate(func(in Inbound) (any, bool) { gateSaw <- in; return in.Msg, true }))
+
+	in := dialRaw(t, d.addr, p.config(t, "spiffe://mesh/alice", "spiffe://mesh/daemon"))
+	_ = in.stream.Send(one(d.echo, nil, wrapperspb.String("two names")))
+	rf := d.ref.wait(t)
+	if rf.Reason != RefuseHandshake || rf.Err == nil || !strings.Contains(rf.Err.Error(), "2 URI SANs") {
+		t.Errorf("refusal %q (%v), want %q naming the two URI SANs", rf.Reason, rf.Err, RefuseHandshake)
+	}
+	in.closed(t)
+	select {
+	case got := <-gateSaw:
+		t.Errorf("the gate saw a message of a two-URI certificate: %v", got.Peer.Identity)
+	default:
+	}
+
+	events := subscribe(t, d.e)
+	twoNames := newNode(t, NewConfig().WithTLS(p.config(t, "spiffe://mesh/bob", "spiffe://mesh/daemon")))
+	d.e.Send(twoNames.sink, wrapperspb.String("for bob"))
+	ev := waitEvent(t, events, func(ev any) bool { _, ok := ev.(actor.RemoteUnreachableEvent); return ok }).(actor.RemoteUnreachableEvent)
+	if ev.ListenAddr != twoNames.addr || ev.Err == nil || !strings.Contains(ev.Err.Error(), "2 URI SANs") {
+		t.Errorf("unreachable %s: %v, want %s refused for its two URI SANs", ev.ListenAddr, ev.Err, twoNames.addr)
+	}
+	select {
+	case m := <-twoNames.got:
+		t.Errorf("a listener with two URI SANs received %v", m.msg)
+	default:
+	}
+}
+
 // TestCustomIdentify: WithIdentify names the peers (both the connection and
 // the dial-back use it).
 func TestCustomIdentify(t *testing.T) {
