@@ -192,7 +192,9 @@ type appThreads struct {
 	routed   routed                  // a batch's notifications for one round, not yet sent (see toRound)
 	asked    askedTurns              // turn-starting calls whose turn/started has not come (asked.go)
 	running  map[string]string       // thread → its running turn, from turn/started to turn/completed
-	lastHead codexproto.Delta        // the last notification's header: its ids' strings are reused
+	// rateLimits is the account's rate limits as last reported, for usage.
+	rateLimits *codexproto.RateLimitSnapshot
+	lastHead   codexproto.Delta // the last notification's header: its ids' strings are reused
 }
 
 // appSpawned is what the actor shares with the goroutines it starts
@@ -298,7 +300,11 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		a.redact.Add(m.secrets...)
 		a.command(m)
 	case messages.UsageRequest: // the registry adds the ledger and answers
-		a.engine.Send(a.registry, usageTokens{resp: a.limits.usage(a.user, a.cfg.Contain), to: c.Sender()})
+		resp := a.limits.usage(a.user, a.cfg.Contain)
+		if a.threads.rateLimits != nil {
+			resp.RateLimits = []messages.RateLimit{eventmap.RateLimit(*a.threads.rateLimits)}
+		}
+		a.engine.Send(a.registry, usageTokens{resp: resp, to: c.Sender()})
 	case threadLookup:
 		a.looked(m)
 	case budgetMet:

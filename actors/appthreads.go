@@ -236,6 +236,10 @@ func (a *appServerActor) route(n *codexrpc.Notification) {
 			a.engine.Send(a.pinned, accountNote{note: n})
 		}
 		if n.Method == codexproto.NoteRateLimitsUpdated {
+			var u codexproto.RateLimitsUpdated
+			if json.Unmarshal(n.Params, &u) == nil {
+				a.threads.rateLimits = &u.RateLimits
+			}
 			for _, round := range a.threads.router.rounds() {
 				a.toRound(round, n, hd)
 			}

@@ -255,3 +255,30 @@ func TestUsageCarriesTheLedger(t *testing.T) {
 		}
 	}
 }
+
+// The usage answer carries the codex account's own rate-limit windows
+// beside the budget, as the real CLI last reported them (from the model's
+// response headers).
+func TestUsageCarriesTheRateLimits(t *testing.T) {
+	h := budgetHarness(t, t.TempDir(), nil)
+	reset := time.Now().Add(3 * time.Hour).Unix()
+	h.model.SetResponder(func(*demomodel.Request) demomodel.Script {
+		return demomodel.Text("ok").WithUsage(thirteen).
+			WithHeader("x-codex-primary-used-percent", "42").
+			WithHeader("x-codex-primary-window-minutes", "300").
+			WithHeader("x-codex-primary-reset-at", fmt.Sprint(reset))
+	})
+	c := h.caller()
+	h.round(c, messages.StartRound{User: "alice", Thread: "t1", Text: "hi", RoundID: "a1"})
+	h.engine.SendWithSender(h.root, messages.UsageRequest{User: "alice"}, c.pid)
+	u := expect[messages.UsageResponse](t, c)
+	if len(u.RateLimits) != 1 || u.RateLimits[0].Primary == nil {
+		t.Fatalf("rate limits %+v: want the primary window the model's headers gave", u.RateLimits)
+	}
+	if p := *u.RateLimits[0].Primary; p.UsedPercent != 42 || p.WindowMinutes != 300 || p.ResetsAtUnix != reset {
+		t.Errorf("primary window %+v, want 42%% of 300 minutes, resetting at %d", p, reset)
+	}
+	if u.Tokens == nil || u.Tokens.Spent != 13 {
+		t.Errorf("tokens %+v beside them, want 13 spent", u.Tokens)
+	}
+}

@@ -87,8 +87,16 @@ func (a *registryActor) loadLedger() {
 	a.ledger.l = l
 }
 
-// rules are the current budget rules (nil: no budgets).
-func (a *registryActor) rules() *budget.Rules { return a.cfg.Budgets.Rules() }
+// rules are the current budget rules: with none set, no budget, the
+// default window, cached input counted.
+func (a *registryActor) rules() *budget.Rules {
+	if r := a.cfg.Budgets.Rules(); r != nil {
+		return r
+	}
+	return &noBudgets
+}
+
+var noBudgets = budget.Rules{CachedInput: true}
 
 // charge adds a usage report to the ledger; a report that puts the user
 // past the budget and its overrun tells the app-server actor.

@@ -245,6 +245,10 @@ type UsageResponse struct {
 	// Tokens is the user's token ledger and budget; nil when it could not
 	// be read.
 	Tokens *TokenUsage `msgpack:"tokens,omitempty"`
+	// RateLimits are the codex account's own rate-limit windows, as the
+	// user's app-server last reported them (account/rateLimits/updated,
+	// sent with each model response); none before its first report.
+	RateLimits []RateLimit `msgpack:"rate_limits,omitempty"`
 	Error  string      `msgpack:"error,omitempty"`
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -204,6 +205,21 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 // per model.
 func printUsage(w io.Writer, m messages.UsageResponse) {
 	printTokens(w, m.Tokens)
+	for _, l := range m.RateLimits {
+		for _, win := range []struct {
+			name string
+			w    *messages.RateLimitWindow
+		}{{"primary", l.Primary}, {"secondary", l.Secondary}} {
+			if win.w == nil {
+				continue
+			}
+			fmt.Fprintf(w, "codex rate limit	%s %s: %d%% used of %d minutes", cmp.Or(l.LimitID, "codex"), win.name, win.w.UsedPercent, win.w.WindowMinutes)
+			if win.w.ResetsAtUnix > 0 {
+				fmt.Fprintf(w, ", resets at %s", time.Unix(win.w.ResetsAtUnix, 0).UTC().Format(time.RFC3339))
+			}
+			fmt.Fprintln(w)
+		}
+	}
 	if !m.Live {
 		fmt.Fprintln(w, "no app-server has run for this user since its actor started (nothing to measure)")
 		return

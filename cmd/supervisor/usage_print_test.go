@@ -18,13 +18,14 @@ func TestPrintTokens(t *testing.T) {
 		WindowSeconds: 3600, Budget: 60, Spent: 65, FreesAtUnix: frees.Unix(), SinceUnix: frees.Add(-48 * time.Hour).Unix(),
 		Window: []messages.ModelTokens{{Model: "m", Input: 50, CachedInput: 5, Output: 15, Reasoning: 2}},
 		Total:  []messages.ModelTokens{{Model: "m", Input: 500, Output: 150}},
-	}})
+	}, RateLimits: []messages.RateLimit{{Primary: &messages.RateLimitWindow{UsedPercent: 42, WindowMinutes: 300, ResetsAtUnix: frees.Unix()}}}})
 	out := b.String()
 	for _, want := range []string{
 		"tokens\t65 of 60 in the last 1h0m0s (spent: the next round may run at 2030-01-02T03:04:05Z)",
 		"window\tm\tinput 50 (cached 5), output 15 (reasoning 2)",
 		"since 2029-12-31\tm\tinput 500 (cached 0), output 150",
 		"no app-server has run",
+		"codex rate limit\tcodex primary: 42% used of 300 minutes, resets at 2030-01-02T03:04:05Z",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("usage output lacks %q:\n%s", want, out)
