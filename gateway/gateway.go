@@ -44,6 +44,11 @@ type Config struct {
 	// MaxStreams bounds the open event streams (rounds, attaches, logins)
 	// per identity (per IP in plaintext); default 16.
 	MaxStreams int
+	// MaxConns bounds the connections held (default a quarter of the
+	// process's RLIMIT_NOFILE, 64 to 16384): past it a new connection
+	// closes the oldest silent one, or is refused when every one is busy
+	// (conns.go).
+	MaxConns int
 	// ReadHeaderTimeout bounds the request line and headers (default 5s);
 	// BodyTimeout bounds reading the body (default 30s); WriteTimeout
 	// bounds each write to a stream (default 30s): a client that does not
@@ -74,6 +79,8 @@ type Gateway struct {
 	srv *http.Server
 	seq atomic.Uint64
 
+	conns *connTable
+
 	mu      sync.Mutex
 	streams map[string]int // open streams per peer
 }
@@ -85,6 +92,9 @@ func New(cfg Config) *Gateway {
 	}
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = 16
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = defaultMaxConns()
 	}
 	if cfg.ReadHeaderTimeout <= 0 {
 		cfg.ReadHeaderTimeout = 5 * time.Second
@@ -107,8 +117,9 @@ func New(cfg Config) *Gateway {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger.With("component", "gateway"), streams: make(map[string]int)}
+	g := &Gateway{cfg: cfg, log: cfg.Logger.With("component", "gateway"), streams: make(map[string]int), conns: newConnTable(cfg.MaxConns)}
 	g.srv = &http.Server{
+		ConnState:         g.conns.state,
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
@@ -124,7 +135,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	if g.cfg.TLS != nil {
 		ln = tls.NewListener(ln, g.cfg.TLS)
 	}
-	return g.srv.Serve(ln)
+	return g.srv.Serve(&limitListener{Listener: ln, t: g.conns})
 }
 
 // Shutdown stops accepting, ends the open streams and waits for the
@@ -591,6 +602,16 @@ func sseFrame(reply any) (frame []byte, last bool) {
 	frame = append(frame, "event: "+event+"\ndata: "...)
 	frame = append(frame, b...)
 	return append(frame, "\n\n"...), last
+}
+
+// Conns is the number of connections held now; Shed counts those closed
+// to make room for new ones (evicted: the oldest silent one) and those
+// refused because every held one was busy.
+func (g *Gateway) Conns() int { return g.conns.held() }
+
+// Shed is the connections evicted and refused so far (see Conns).
+func (g *Gateway) Shed() (evicted, refused uint64) {
+	return g.conns.evicted.Load(), g.conns.refused.Load()
 }
 
 // Streams is the number of event streams open now.

@@ -60,6 +60,21 @@ func (o *callerOptions) addGateway(g *run.Group, d *daemon, gate *edge.Gate, tls
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "supervisor_gateway_streams", Help: "Event streams the HTTP gateway has open (rounds, attaches, logins).",
 	}, func() float64 { return float64(gw.Streams()) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "supervisor_gateway_conns", Help: "Connections the HTTP gateway holds (at most gateway.Config.MaxConns: a quarter of RLIMIT_NOFILE).",
+	}, func() float64 { return float64(gw.Conns()) }))
+	for _, outcome := range []string{"evicted", "refused"} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "supervisor_gateway_conns_shed_total", Help: "Gateway connections closed at the bound: evicted (the oldest silent one, for a new one) or refused (every held one busy).",
+			ConstLabels: prometheus.Labels{"outcome": outcome},
+		}, func() float64 {
+			ev, ref := gw.Shed()
+			if outcome == "evicted" {
+				return float64(ev)
+			}
+			return float64(ref)
+		}))
+	}
 	log.Info("gateway serving", "listen", ln.Addr().String(), "tls", tlsConf != nil)
 	g.Add(func() error {
 		if err := gw.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
