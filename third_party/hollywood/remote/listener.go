@@ -23,12 +23,30 @@ type listener struct {
 	net.Listener
 	r *Remote
 
-	mu    sync.Mutex
-	perIP map[netip.Addr]int
+	mu     sync.Mutex
+	perIP  map[netip.Addr]int
+	silent map[netip.Addr][]*serverConn // per IP, the connections with no first frame yet, oldest first
 }
 
 func newListener(inner net.Listener, r *Remote) *listener {
-	return &listener{Listener: inner, r: r, perIP: map[netip.Addr]int{}}
+	return &listener{Listener: inner, r: r, perIP: map[netip.Addr]int{}, silent: map[netip.Addr][]*serverConn{}}
+}
+
+// dropSilent forgets c among ip's silent connections (it sent its first
+// frame, or closed); the caller holds l.mu.
+func (l *listener) dropSilent(ip netip.Addr, c *serverConn) {
+	s := l.silent[ip]
+	for i, x := range s {
+		if x == c {
+			s = append(s[:i:i], s[i+1:]...)
+			break
+		}
+	}
+	if len(s) == 0 {
+		delete(l.silent, ip)
+	} else {
+		l.silent[ip] = s
+	}
 }
 
 func (l *listener) Accept() (net.Conn, error) {
@@ -39,12 +57,24 @@ func (l *listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		ip := addrIP(raw.RemoteAddr())
+		// meshweaver patch: at the cap, a new connection evicts the
+		// address's oldest one that has sent no frame yet, so that one
+		// local process re-opening silent connections cannot lock every
+		// other loopback caller out; with none silent, it is refused.
+		var victim *serverConn
 		l.mu.Lock()
 		over := l.perIP[ip] >= lim.MaxConnsPerIP
-		if !over {
-			l.perIP[ip]++
+		if over && len(l.silent[ip]) > 0 {
+			victim = l.silent[ip][0]
+			l.dropSilent(ip, victim)
 		}
 		l.mu.Unlock()
+		if victim != nil {
+			_ = victim.Close()
+			l.r.refuse(Refusal{Peer: Peer{Addr: victim.RemoteAddr()}, Reason: RefuseConnCap,
+				Err: errors.New("too many connections from this address: the oldest silent one was closed for a new one")})
+			over = false
+		}
 		if over {
 			_ = raw.Close()
 			l.r.refuse(Refusal{Peer: Peer{Addr: raw.RemoteAddr()}, Reason: RefuseConnCap,
@@ -52,6 +82,10 @@ func (l *listener) Accept() (net.Conn, error) {
 			continue
 		}
 		c := &serverConn{Conn: raw, raw: raw, l: l, ip: ip}
+		l.mu.Lock()
+		l.perIP[ip]++
+		l.silent[ip] = append(l.silent[ip], c)
+		l.mu.Unlock()
 		if l.r.config.TLSConfig != nil {
 			c.tls = tls.Server(raw, l.r.config.TLSConfig)
 			c.Conn = c.tls
@@ -95,6 +129,9 @@ func (c *serverConn) Read(b []byte) (int, error) {
 // deadline is moved, not cleared: a Read may be pending already.
 func (c *serverConn) establish() {
 	if c.established.CompareAndSwap(false, true) {
+		c.l.mu.Lock()
+		c.l.dropSilent(c.ip, c)
+		c.l.mu.Unlock()
 		_ = c.raw.SetReadDeadline(time.Now().Add(c.l.r.limits.ReadIdleTimeout))
 		_ = c.raw.SetWriteDeadline(time.Time{})
 	}
@@ -107,6 +144,7 @@ func (c *serverConn) Close() error {
 		if c.l.perIP[c.ip]--; c.l.perIP[c.ip] <= 0 {
 			delete(c.l.perIP, c.ip)
 		}
+		c.l.dropSilent(c.ip, c)
 		c.l.mu.Unlock()
 	})
 	return err

@@ -156,3 +156,39 @@ func TestHandshakeFailureRefused(t *testing.T) {
 	ok.send(t, one(d.sink, nil, wrapperspb.String("fine")))
 	d.recv(t)
 }
+
+// TestConnCapEvictsSilent: at the cap, a new connection closes the
+// address's oldest connection that has sent no frame, so that one local
+// process holding silent connections cannot lock the other callers of
+// its address out; established ones are kept.
+func TestConnCapEvictsSilent(t *testing.T) {
+	d := newNode(t, NewConfig().WithLimits(Limits{MaxConnsPerIP: 3, HandshakeTimeout: time.Minute}))
+	est := dialRaw(t, d.addr, nil)
+	est.send(t, one(d.sink, nil, wrapperspb.String("established")))
+	d.recv(t)
+	var silent []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", d.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent = append(silent, c)
+	}
+	if !settle(t, 5*time.Second, func() bool { return connsFrom(d, "127.0.0.1") == 3 }) {
+		t.Fatalf("%d connections counted, want 3", connsFrom(d, "127.0.0.1"))
+	}
+	// A caller of the same address: admitted, the oldest silent one closed.
+	late := dialRaw(t, d.addr, nil)
+	late.send(t, one(d.sink, nil, wrapperspb.String("late")))
+	d.recv(t)
+	if rf := d.ref.wait(t); rf.Reason != RefuseConnCap {
+		t.Fatalf("refusal %q, want %q", rf.Reason, RefuseConnCap)
+	}
+	silent[0].SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := silent[0].Read(make([]byte, 1)); err == nil || os.IsTimeout(err) {
+		t.Fatalf("the oldest silent connection was not closed: %v", err)
+	}
+	est.send(t, one(d.sink, nil, wrapperspb.String("still")))
+	d.recv(t)
+}
