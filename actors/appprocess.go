@@ -298,8 +298,8 @@ func (a *appServerActor) exited(m codexExited) {
 	}
 	if !errors.Is(err, codexrpc.ErrClosed) {
 		a.log.Warn("codex app-server died", "err", err)
+		a.cfg.Metrics.Deaths.Inc() // counted before anyone hears of it
 		a.engine.BroadcastEvent(AppServerDied{User: a.user, PID: a.proc.PID()})
-		a.cfg.Metrics.Deaths.Inc()
 		a.crashed()
 	}
 	a.lose(err)
