@@ -119,6 +119,11 @@ type Config struct {
 	// default) or UnaskedAllow; either way it is counted and logged.
 	Goals        bool
 	UnaskedTurns string
+	// MinFreeDisk refuses a round (resource_limit: disk) when the file
+	// system of the daemon's records (the homes) has less than that many
+	// bytes free, before its agent can fill what the journal, the thread
+	// records and the ledger need (0: no floor).
+	MinFreeDisk int64
 	// Member is this daemon's cluster member id ("" outside a cluster). It
 	// goes, with the kernel's boot id, into each app-server's pid record,
 	// so a member reaping at its start leaves the other members' alone

@@ -252,6 +252,7 @@ type threadLookup struct {
 	damaged  bool                // the record or the journal was damaged or unreadable
 	notSaved []string            // earlier writes retried now and failing still
 	budget   *messages.ErrorInfo // the refusal of a user whose budget is spent (admit): nothing else is set
+	lowDisk  string              // the refusal (admit) when the records' file system is below its floor: nothing else is set
 }
 
 // recordThread and appendTurns are answered with saved, to round.

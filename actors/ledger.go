@@ -13,8 +13,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/meshweaver/supervisor/actors/budget"
 	"github.com/meshweaver/supervisor/codexproto"
@@ -192,6 +195,31 @@ func modelTokens(m map[string]store.Tokens) []messages.ModelTokens {
 		out = append(out, messages.ModelTokens{Model: model, Input: t.Input, CachedInput: t.CachedInput, Output: t.Output, Reasoning: t.Reasoning})
 	}
 	return out
+}
+
+// diskLow is the refusal of a round when the file system of the user's
+// records (the homes') has less than MinFreeDisk free, "" otherwise: the
+// round's agent must not fill what the journal, the thread records and
+// the ledger are written to. An unreadable file system is not refused.
+func (a *registryActor) diskLow() string {
+	if a.cfg.MinFreeDisk <= 0 {
+		return ""
+	}
+	var st unix.Statfs_t
+	read := false
+	for p := a.dir; !read && p != filepath.Dir(p); p = filepath.Dir(p) {
+		read = unix.Statfs(p, &st) == nil // the first folder there is (the user's comes with its first start)
+	}
+	if !read {
+		return ""
+	}
+	free := int64(st.Bavail) * st.Bsize
+	if free >= a.cfg.MinFreeDisk {
+		return ""
+	}
+	a.cfg.Metrics.LimitHits.WithLabelValues("disk").Inc()
+	a.log.Warn("round refused: the records' disk is nearly full", "free_bytes", free, "floor_bytes", a.cfg.MinFreeDisk)
+	return fmt.Sprintf("%d bytes free where the daemon keeps its records, under the floor of %d (--min-free-disk)", free, a.cfg.MinFreeDisk)
 }
 
 // budgetText is the verdict's text of a budget refusal or interruption.

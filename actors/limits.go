@@ -76,6 +76,10 @@ func (w *limitWatch) count(now contain.Hits, m *Metrics) {
 	w.seen = now
 }
 
+// diskFloor is the limit of a round refused because the file system of
+// the daemon's records has less than Config.MinFreeDisk free.
+const diskFloor = "disk-floor"
+
 // limitError is the verdict's classification of a met limit.
 func limitError(resource string) (*messages.ErrorInfo, string) {
 	info := &messages.ErrorInfo{Class: messages.ErrorResourceLimit, Resource: resource}
@@ -84,6 +88,9 @@ func limitError(resource string) (*messages.ErrorInfo, string) {
 		return info, "the user's memory limit was met: a process of the round was killed"
 	case "pids":
 		return info, "the user's process limit was met: a fork was refused"
+	case diskFloor:
+		info.Resource = "disk"
+		return info, "refused before it ran: the disk of the daemon's records is nearly full"
 	default:
 		return info, "the user's home is full: a write was refused"
 	}

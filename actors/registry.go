@@ -66,6 +66,10 @@ func (a *registryActor) Receive(c *actor.Context) {
 		a.flush()
 	case lookupThread:
 		if m.admit {
+			if low := a.diskLow(); low != "" {
+				c.Send(m.round, threadLookup{key: m.key, lowDisk: low})
+				return
+			}
 			if info := a.admit(); info != nil {
 				c.Send(m.round, threadLookup{key: m.key, budget: info})
 				return

@@ -576,6 +576,11 @@ func (r *roundActor) looked(known threadLookup) {
 			r.finish(messages.StatusRejected, budgetText(known.budget), "")
 			return
 		}
+		if known.lowDisk != "" {
+			r.verdict.limit = diskFloor
+			r.finish(messages.StatusRejected, known.lowDisk, "")
+			return
+		}
 		r.thread.known = known
 		r.verdict.notSaved = append(r.verdict.notSaved, known.notSaved...) // earlier rounds' writes, failing still
 		if known.threadID != "" {

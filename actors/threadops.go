@@ -120,6 +120,10 @@ func (o *threadOpActor) looked(l threadLookup) {
 		o.finish(errors.New(budgetText(l.budget)))
 		return
 	}
+	if l.lowDisk != "" {
+		o.finish(errors.New(l.lowDisk))
+		return
+	}
 	if fork, ok := o.cmd.(messages.ForkThread); ok && l.key == fork.NewThread {
 		if l.threadID != "" {
 			o.finish(fmt.Errorf("new_thread %s already exists", store.KeyPrefix(fork.NewThread)))

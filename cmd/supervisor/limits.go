@@ -19,6 +19,7 @@ import (
 // node (package contain; docs/OPERATIONS.md, "Per-user limits").
 type limitOptions struct {
 	memory, pids, cpu, disk string
+	minFreeDisk             string
 	cgroupParent            string
 	cgroupVersion           string
 }
@@ -28,6 +29,7 @@ func (o *limitOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.pids, "user-pids-max", "auto", "`N` processes and threads each user may run; auto: 1024; 0 or max: no limit")
 	fs.StringVar(&o.cpu, "user-cpu-max", "auto", "`CORES` of CPU each user may use (fractions allowed: 0.5); auto: half the node's cores, at least 1; 0 or max: no limit")
 	fs.StringVar(&o.disk, "user-disk-max", "0", "`SIZE` each user's home may hold: a project quota where the homes' filesystem enforces them (ext4 with quota,project mounted prjquota, or XFS with prjquota) and bubblewrap runs, else a filesystem image of the user's own (needs root, loop devices and mkfs.ext4); 0: no limit")
+	fs.StringVar(&o.minFreeDisk, "min-free-disk", "64MiB", "`SIZE` the file system of the homes (where the daemon keeps its records: journals, thread records, ledgers) must have free for a round to start; under it rounds are refused with resource_limit disk before any agent can fill what the records need; 0: no floor")
 	fs.StringVar(&o.cgroupParent, "cgroup-parent", "", "cgroup `PATH` the users' cgroups go under (default: the daemon's own); relative to the cgroup2 mount, or to each v1 hierarchy's root")
 	fs.StringVar(&o.cgroupVersion, "cgroup-version", "auto", "cgroup hierarchy the limits use: 1, 2, or auto to detect it")
 }
@@ -85,7 +87,22 @@ func (o *limitOptions) version() (int, error) {
 	return 0, fmt.Errorf("--cgroup-version %q is not 1, 2 or auto", o.cgroupVersion)
 }
 
+// freeFloor is --min-free-disk in bytes.
+func (o *limitOptions) freeFloor() (int64, error) {
+	if o.minFreeDisk == "0" {
+		return 0, nil
+	}
+	n, err := contain.ParseSize(o.minFreeDisk)
+	if err != nil {
+		return 0, fmt.Errorf("--min-free-disk: %w", err)
+	}
+	return n, nil
+}
+
 func (o *limitOptions) validate() error {
+	if _, err := o.freeFloor(); err != nil {
+		return err
+	}
 	_, _, err := o.parsed()
 	return err
 }

@@ -324,6 +324,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}()
 	rules, _ := o.budgets.rules() // validated
+	floor, _ := o.limits.freeFloor()
 	budgets := budget.NewHolder(rules)
 	reg := newRegistry()
 	reg.MustRegister(bi.gauge())
@@ -349,7 +350,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	d, gate, err := startDaemonEdge(o.listen, tlsConf, actors.Config{
 		Homes: o.homes, Workspace: o.workspace, CodexBin: bin,
 		Overrides: append(overrides, o.overrides...), CodexEnv: o.codexEnv,
-		Goals: o.goals, UnaskedTurns: o.unaskedTurns,
+		Goals: o.goals, UnaskedTurns: o.unaskedTurns, MinFreeDisk: floor,
 		Sandbox: o.sandbox, ApprovalPolicy: o.approval,
 		MaxSandbox: o.maxSandbox, ApprovalPolicies: splitList(o.approvals),
 		CallTimeout: o.callTimeout, QueueLimit: o.queueLimit,
