@@ -271,7 +271,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 // emit queues an event for the caller (see outbox): past OutboxLimit held
 // events the round is interrupted.
 func (r *roundActor) emit(ev messages.RoundEvent) {
-	r.req.trace.event(ev)
+	r.req.trace.event(&ev)
 	if r.out.state == outboxClosed {
 		return
 	}

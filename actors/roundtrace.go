@@ -62,7 +62,10 @@ type roundTrace struct {
 // newRoundTrace starts the spans of round m at its admission: the round's
 // and the admission's. It is nil when tp is nil and m carries no
 // well-formed trace context.
-func newRoundTrace(tp trace.TracerProvider, m messages.StartRound) *roundTrace {
+func newRoundTrace(tp trace.TracerProvider, m *messages.StartRound) *roundTrace {
+	if tp == nil && m.Traceparent == "" {
+		return nil
+	}
 	parent, state, ok := m.TraceContext()
 	if tp == nil && !ok {
 		return nil
@@ -92,10 +95,14 @@ func newRoundTrace(tp trace.TracerProvider, m messages.StartRound) *roundTrace {
 func (t *roundTrace) spans() bool { return t != nil && t.tracer != nil && !t.ended }
 
 // entered follows the round into phase to; by is how its thread was had.
+// (Small enough to inline: off, it costs a round a nil check.)
 func (t *roundTrace) entered(to roundPhase, by openedBy) {
-	if !t.spans() {
-		return
+	if t.spans() {
+		t.enteredPhase(to, by)
 	}
+}
+
+func (t *roundTrace) enteredPhase(to roundPhase, by openedBy) {
 	switch to {
 	case phaseLookup:
 		t.admission.AddEvent("round started")
@@ -139,10 +146,13 @@ func (t *roundTrace) endWork() {
 
 // event follows the round's events: a tool call starts a span under the
 // turn, its result ends it.
-func (t *roundTrace) event(ev messages.RoundEvent) {
-	if !t.spans() || t.turn == nil {
-		return
+func (t *roundTrace) event(ev *messages.RoundEvent) {
+	if t != nil && t.turn != nil { // an open turn span: spans are made, and not ended
+		t.toolEvent(ev)
 	}
+}
+
+func (t *roundTrace) toolEvent(ev *messages.RoundEvent) {
 	switch {
 	case ev.Kind == messages.KindToolCall && ev.Tool != nil:
 		id := ev.Tool.CallID

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
@@ -211,7 +212,7 @@ func TestTraceContextForCodex(t *testing.T) {
 	_, tc := callerSpan(t)
 	withCaller := messages.StartRound{RoundID: "r", User: "u", Thread: "t", Traceparent: tc["traceparent"], Tracestate: "mesh=1"}
 
-	if tr := newRoundTrace(nil, messages.StartRound{RoundID: "r", User: "u", Thread: "t"}); tr != nil {
+	if tr := newRoundTrace(nil, &messages.StartRound{RoundID: "r", User: "u", Thread: "t"}); tr != nil {
 		t.Errorf("no provider and no caller context: trace %+v, want nil", tr)
 	}
 	var none *roundTrace
@@ -220,7 +221,7 @@ func TestTraceContextForCodex(t *testing.T) {
 		t.Errorf("traced with no context = %#v, want the params as they are", got)
 	}
 
-	off := newRoundTrace(nil, withCaller)
+	off := newRoundTrace(nil, &withCaller)
 	off.entered(phaseFresh, notOpened) // makes no span
 	if got := off.turnContext(); got.Traceparent != tc["traceparent"] || got.Tracestate != "mesh=1" {
 		t.Errorf("tracing off: codex gets %+v, want the caller's context %q", got, tc["traceparent"])
@@ -229,7 +230,7 @@ func TestTraceContextForCodex(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	on := newRoundTrace(tp, withCaller)
+	on := newRoundTrace(tp, &withCaller)
 	on.entered(phaseLookup, notOpened)
 	on.entered(phaseFresh, notOpened)
 	thread := on.threadContext()
@@ -264,4 +265,46 @@ func TestTraceContextForCodex(t *testing.T) {
 	if got := byName["round"].Status().Code; got != codes.Error {
 		t.Errorf("a failed round's span status %v, want Error", got)
 	}
+}
+
+// BenchmarkRoundTrace is what a round's trace hooks cost: off (no
+// provider, no caller context: what a round pays by default), and on,
+// recording into a provider that hands its spans to no processor (the
+// spans' own cost; an exporter's batching runs on its own goroutine). A
+// round of 4 tool calls and 40 other events.
+func BenchmarkRoundTrace(b *testing.B) {
+	m := messages.StartRound{RoundID: "r1", User: "ann", Thread: "t1", Text: "hi"}
+	phases := []roundPhase{phaseLookup, phaseFresh, phaseTurnStart, phaseRunning}
+	var events []messages.RoundEvent
+	for i := range 4 {
+		id := string(rune('a' + i))
+		events = append(events, messages.RoundEvent{Kind: messages.KindToolCall, Tool: &messages.ToolCall{CallID: id, Name: "shell"}})
+		for range 10 {
+			events = append(events, messages.RoundEvent{Kind: messages.KindText, Text: "x"})
+		}
+		events = append(events, messages.RoundEvent{Kind: messages.KindToolResult, Result: &messages.ToolResult{CallID: id}})
+	}
+	verdict := &messages.RoundFinished{Status: messages.StatusCompleted}
+	params := &codexproto.TurnStartParams{ThreadID: "t"}
+	run := func(b *testing.B, tp trace.TracerProvider) {
+		b.ReportAllocs()
+		for range b.N {
+			tr := newRoundTrace(tp, &m)
+			for _, p := range phases {
+				tr.entered(p, openedFresh)
+			}
+			_ = traced(params, tr.turnContext())
+			for i := range events {
+				tr.event(&events[i])
+			}
+			tr.entered(phaseSaving, openedFresh)
+			tr.finished(verdict)
+		}
+	}
+	b.Run("off", func(b *testing.B) { run(b, nil) })
+	b.Run("on", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider()
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		run(b, tp)
+	})
 }
