@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -16,6 +17,7 @@ import (
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/demomodel"
 	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/testkit/fakeappserver"
 )
 
 // traceHarness is a harness whose tree records its spans.
@@ -307,4 +309,75 @@ func BenchmarkRoundTrace(b *testing.B) {
 		defer func() { _ = tp.Shutdown(context.Background()) }()
 		run(b, tp)
 	})
+}
+
+// Rounds that never run have their trace ended too: one refused busy (the
+// thread's queue is full) gets a verdict span with status busy; a
+// repeated StartRound, attached to the round it repeats, ends its own
+// round span naming that round.
+func TestTraceRefusedRounds(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	h := fakeHarness(t, fakeappserver.Config{ReplyText: "held", HoldTurns: true}, func(c *tree) {
+		c.TracerProvider, c.QueueLimit = tp, 1
+	})
+	c := h.caller()
+	start := func(id string) {
+		h.engine.SendWithSender(h.root, messages.StartRound{User: "carol", Thread: "t1", Text: "hold", RoundID: id}, c.pid)
+	}
+	start("run")
+	waitText(t, c, "run") // it runs, and holds its turn
+	start("queued")
+	start("run") // a repeat: attached to the running round
+	start("busy")
+	if v := c.collect(t, "busy", 30*time.Second).verdict; v.Status != messages.StatusBusy {
+		t.Fatalf("verdict %s %q, want busy", v.Status, v.Error)
+	}
+	var busyRound, attached sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		id, _ := spanAttr(s, "meshweaver.round_id")
+		to, _ := spanAttr(s, "meshweaver.attached_to")
+		switch {
+		case s.Name() == "round" && id.AsString() == "busy":
+			busyRound = s
+		case s.Name() == "round" && to.AsString() == "run":
+			attached = s
+		}
+	}
+	if busyRound == nil {
+		t.Fatal("no round span for the busy round")
+	}
+	if v, _ := spanAttr(busyRound, "meshweaver.status"); v.AsString() != string(messages.StatusBusy) {
+		t.Errorf("the busy round's status %q, want busy", v.AsString())
+	}
+	var verdict sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == "verdict" && s.Parent().SpanID() == busyRound.SpanContext().SpanID() {
+			verdict = s
+		}
+	}
+	if verdict == nil {
+		t.Error("the busy round has no verdict span")
+	}
+	if attached == nil {
+		t.Error("no round span of the repeated StartRound naming the round it attached to")
+	}
+}
+
+// waitText waits for the first text event of round id.
+func waitText(t *testing.T, c *caller, id string) {
+	t.Helper()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		select {
+		case m := <-c.ch:
+			if ev, ok := m.(messages.RoundEvent); ok && ev.RoundID == id && ev.Kind == messages.KindText {
+				return
+			}
+		case <-deadline.C:
+			t.Fatalf("round %s sent no text within 30s", id)
+		}
+	}
 }
