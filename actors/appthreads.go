@@ -44,10 +44,10 @@ func (a *appServerActor) open(m openThread) {
 	}
 	fp := m.settings.fingerprint()
 	if m.threadID == "" {
-		a.call(codexproto.MethodThreadStart, codexproto.ThreadStartParams{
+		a.call(codexproto.MethodThreadStart, traced(codexproto.ThreadStartParams{
 			Cwd: m.settings.Cwd, Sandbox: m.settings.Sandbox, ApprovalPolicy: m.settings.ApprovalPolicy,
 			DeveloperInstructions: m.settings.DeveloperInstructions, Config: m.settings.Config,
-		}, "", func(res json.RawMessage, err error) {
+		}, m.trace), "", func(res json.RawMessage, err error) {
 			var t codexproto.ThreadResult
 			if err == nil {
 				err = decodeResult(codexproto.MethodThreadStart, res, &t)
@@ -89,11 +89,11 @@ func (a *appServerActor) resume(m openThread, fp string) {
 		// this round's: the unsubscribe's answer came after anything the
 		// thread said before.
 		a.threads.router.reopen(id)
-		a.call(codexproto.MethodThreadResume, codexproto.ThreadResumeParams{
+		a.call(codexproto.MethodThreadResume, traced(codexproto.ThreadResumeParams{
 			ThreadID: id, Cwd: m.settings.Cwd, Sandbox: m.settings.Sandbox,
 			ApprovalPolicy: m.settings.ApprovalPolicy, DeveloperInstructions: m.settings.DeveloperInstructions,
 			Config: m.settings.Config, ExcludeTurns: true,
-		}, id, func(res json.RawMessage, err error) {
+		}, m.trace), id, func(res json.RawMessage, err error) {
 			if err != nil {
 				a.openFailed(m, err)
 				return

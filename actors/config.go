@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/meshweaver/supervisor/actors/budget"
 	"github.com/meshweaver/supervisor/actors/policy"
 	"github.com/meshweaver/supervisor/actors/turninput"
@@ -171,6 +173,10 @@ type Deps struct {
 	// Hold, when set, keeps the remote stream to a caller's address alive
 	// while a round replies to it; the round calls release at its verdict.
 	Hold func(addr string) (release func())
+	// TracerProvider, when set, gets one span tree per round
+	// (roundtrace.go). Nil: no spans; a caller's trace context still
+	// reaches codex as it came.
+	TracerProvider trace.TracerProvider
 }
 
 // tree is what every actor of the tree holds: the settings, the

@@ -26,11 +26,13 @@ type roundRequest struct {
 	// failed and retryable, not interrupted. Nil in tests that build
 	// requests by hand.
 	fenced *atomic.Bool
+	trace  *roundTrace // its spans (roundtrace.go); nil when none are made
 }
 
 // settle is the end of an admitted round, called once with its verdict:
 // the round leaves the drain gate and its caller's address is let go.
 func (q roundRequest) settle(cfg *tree) {
+	q.trace.finished(nil) // ended already when its verdict was known
 	cfg.rounds.leave()
 	if q.release != nil {
 		q.release()
@@ -82,6 +84,7 @@ type openThread struct {
 	// from its stderr from now on.
 	secrets   []string
 	warmReply *actor.PID
+	trace     codexrpc.Trace // for thread/start or thread/resume; none for a warm-up
 }
 
 // threadOpenResult answers openThread. Unavailable marks an err that is

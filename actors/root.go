@@ -287,7 +287,7 @@ func (r *rootActor) admitRound(c *actor.Context, m messages.StartRound, replyTo 
 		return
 	}
 	r.cfg.rounds.enter() // left when the round's verdict is sent
-	req := roundRequest{StartRound: m, replyTo: replyTo}
+	req := roundRequest{StartRound: m, replyTo: replyTo, trace: newRoundTrace(r.cfg.TracerProvider, &m)}
 	if r.cfg.Hold != nil && replyTo.Address != c.Engine().Address() {
 		// The caller's address stays reachable (keepalives, no idle close)
 		// until the verdict, however long the round runs.

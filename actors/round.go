@@ -271,6 +271,7 @@ func (r *roundActor) Receive(c *actor.Context) {
 // emit queues an event for the caller (see outbox): past OutboxLimit held
 // events the round is interrupted.
 func (r *roundActor) emit(ev messages.RoundEvent) {
+	r.req.trace.event(&ev)
 	if r.out.state == outboxClosed {
 		return
 	}
@@ -511,6 +512,7 @@ func (r *roundActor) conclude() {
 	v := *r.verdict.decided
 	r.thread.stamp(&v)
 	v.NotSaved = strings.Join(r.verdict.notSaved, "; ")
+	r.req.trace.finished(&v)
 	took := time.Since(r.clock.startedAt)
 	r.cfg.Metrics.RoundsInFlight.Dec()
 	r.cfg.Metrics.Rounds.WithLabelValues(string(v.Status)).Inc()
@@ -600,7 +602,7 @@ func (r *roundActor) looked(known threadLookup) {
 // thread id, a fresh one.
 func (r *roundActor) open(threadID string) {
 	r.engine.Send(r.codex, openThread{round: r.self, threadID: threadID, settings: r.settings(),
-		autoApprove: r.req.AutoApprove, secrets: []string{r.req.MCPToken}})
+		autoApprove: r.req.AutoApprove, secrets: []string{r.req.MCPToken}, trace: r.req.trace.threadContext()})
 }
 
 // settings are the thread settings of this round.
@@ -667,7 +669,7 @@ func (r *roundActor) threadOpened(m threadOpenResult) {
 	r.verdict.owed++ // turn/start's answer: the verdict waits for it
 	r.enter(phaseTurnStart)
 	r.engine.Send(r.codex, appCall{method: codexproto.MethodTurnStart, thread: r.thread.id, to: r.self, tag: turnStartCall{},
-		params: params})
+		params: traced(params, r.req.trace.turnContext())})
 }
 
 // answered handles the answer to one of the round's calls. They come in

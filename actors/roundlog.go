@@ -387,6 +387,7 @@ func (l *roundLog) finish(v messages.RoundFinished) {
 	if l.round == nil {
 		// It never ran: it leaves the drain gate here (a round that ran
 		// leaves it itself).
+		l.req.trace.finished(&v)
 		l.cfg.rounds.leave()
 	}
 	for _, cl := range l.callers {

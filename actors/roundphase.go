@@ -127,6 +127,7 @@ func (r *roundActor) enter(to roundPhase) bool {
 		return false
 	}
 	r.phase = to
+	r.req.trace.entered(to, r.thread.by)
 	r.log.Debug("round phase", "from", from, "to", to)
 	if hook := r.cfg.roundPhases; hook != nil {
 		hook(r.req.RoundID, to)

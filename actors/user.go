@@ -209,10 +209,12 @@ func (u *userActor) admit(c *actor.Context, req roundRequest) {
 		u.threads[req.Thread] = ts
 	}
 	if ts.active != nil && len(ts.queue) >= u.cfg.QueueLimit {
-		deliver(c.Engine(), req.replyTo, messages.RoundFinished{
+		v := messages.RoundFinished{
 			RoundID: req.RoundID, Thread: req.Thread, Status: messages.StatusBusy,
 			Error: fmt.Sprintf("%d rounds already wait on this mesh thread", len(ts.queue)),
-		}, u.log)
+		}
+		req.trace.finished(&v)
+		deliver(c.Engine(), req.replyTo, v, u.log)
 		u.cfg.Metrics.Rounds.WithLabelValues(string(messages.StatusBusy)).Inc()
 		req.settle(u.cfg)
 		return
@@ -256,6 +258,7 @@ func (u *userActor) repeat(c *actor.Context, req roundRequest) bool {
 		return true
 	}
 	u.log.Info("a repeated StartRound attaches to its round", "round", id)
+	req.trace.attached(id)
 	u.cfg.rounds.leave() // it is no round of its own
 	if req.RoundID != id && u.rounds[req.RoundID] == nil && len(k.aliases) < maxCallers {
 		k.aliases = append(k.aliases, req.RoundID)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
 	"github.com/meshweaver/supervisor/actors"
@@ -25,6 +27,9 @@ import (
 // tests call; it runs the fake app-server (fakeReply is every answer).
 // Set by TestMain before any test runs.
 var daemonAddr string
+
+// daemonSpans records the spans of the test daemon's rounds.
+var daemonSpans = tracetest.NewSpanRecorder()
 
 const fakeReply = "Hello from the fake app-server."
 
@@ -98,7 +103,8 @@ func startDaemon(fc fakeappserver.Config) (addr string, stop func() error, err e
 		Homes: dir + "/homes", Workspace: workspace,
 		CodexBin: l.Path, CodexArgs: l.Args, CodexEnv: l.Env,
 		StopGrace: time.Second,
-	}, actors.Deps{Logger: log, Hold: rem.Hold})
+	}, actors.Deps{Logger: log, Hold: rem.Hold,
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(daemonSpans))})
 	if err != nil {
 		rem.Stop().Wait()
 		return "", nil, err

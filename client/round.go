@@ -38,6 +38,9 @@ type Round struct {
 // that the round can be steered and interrupted by id. req.ReplyTo must
 // be nil: the replies come to this client.
 //
+// A span in ctx (OpenTelemetry) becomes req's W3C trace context, unless
+// req.Traceparent is set: the daemon's spans of the round are its children.
+//
 // ctx bounds the whole round: when it ends first, [Round.Wait] returns
 // its error. That stops the waiting, not the round: use
 // [Client.Interrupt] to stop the round and still get its verdict. The
@@ -50,6 +53,7 @@ func (c *Client) Round(ctx context.Context, req messages.StartRound) (*Round, er
 	if req.RoundID == "" {
 		req.RoundID = "go-" + rand.Text()
 	}
+	injectTrace(ctx, &req)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

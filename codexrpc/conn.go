@@ -206,6 +206,7 @@ func NewConn(r io.Reader, w io.WriteCloser, opts Options) *Conn {
 // that ended it. Go returns the call's id, for Forget; no retries and no
 // deadline: those are the caller's. Done must not block.
 func (c *Conn) Go(method string, params any, done func(result json.RawMessage, err error)) (int64, error) {
+	params, trace := unwrapTrace(params)
 	if params == nil {
 		params = struct{}{}
 	}
@@ -218,7 +219,7 @@ func (c *Conn) Go(method string, params any, done func(result json.RawMessage, e
 	if err := c.unusableLocked(method); err != nil {
 		return 0, err
 	}
-	line, err := json.Marshal(outRequest{ID: c.nextID + 1, Method: method, Params: json.RawMessage(body)})
+	line, err := json.Marshal(outRequest{ID: c.nextID + 1, Method: method, Params: json.RawMessage(body), Trace: trace})
 	if err != nil {
 		return 0, err
 	}
@@ -270,6 +271,7 @@ func (c *Conn) writeLoop() {
 // *ExitError when the process died; ErrClosed after Close. Overloaded
 // refusals are retried under the Conn's RetryPolicy.
 func (c *Conn) Call(ctx context.Context, method string, params, result any) error {
+	params, trace := unwrapTrace(params)
 	if params == nil {
 		params = struct{}{}
 	}
@@ -279,7 +281,7 @@ func (c *Conn) Call(ctx context.Context, method string, params, result any) erro
 	}
 	backoff := c.opts.Retry.Base
 	for attempt := 1; ; attempt++ {
-		resp, err := c.callOnce(ctx, method, body)
+		resp, err := c.callOnce(ctx, method, body, trace)
 		if err != nil {
 			return err
 		}
@@ -308,7 +310,7 @@ func (c *Conn) Call(ctx context.Context, method string, params, result any) erro
 	}
 }
 
-func (c *Conn) callOnce(ctx context.Context, method string, params json.RawMessage) (*Response, error) {
+func (c *Conn) callOnce(ctx context.Context, method string, params json.RawMessage, trace *Trace) (*Response, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
@@ -323,7 +325,7 @@ func (c *Conn) callOnce(ctx context.Context, method string, params json.RawMessa
 	c.pending[id] = p
 	c.mu.Unlock()
 
-	if err := c.write(outRequest{ID: id, Method: method, Params: params}); err != nil {
+	if err := c.write(outRequest{ID: id, Method: method, Params: params, Trace: trace}); err != nil {
 		c.forget(id)
 		// A write fails when the process is gone; the reader is then about
 		// to report why (bounded by OnEOF), and that report is the answer.

@@ -294,3 +294,55 @@ func TestCloseIsQuiet(t *testing.T) {
 		t.Fatalf("after close: %v", err)
 	}
 }
+
+// A Traced request carries its trace context as the request's "trace"
+// field (codex's W3cTraceContext), beside params and not in them, over
+// Call and Go alike; one without a traceparent has no trace field.
+func TestTracedRequestCarriesTrace(t *testing.T) {
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	c, p := newPair(t, Options{})
+	cases := []struct {
+		name  string
+		trace Trace
+		want  any // the trace field as decoded, nil when absent
+	}{
+		{"traceparent and tracestate", Trace{Traceparent: tp, Tracestate: "mw=1"},
+			map[string]any{"traceparent": tp, "tracestate": "mw=1"}},
+		{"traceparent only", Trace{Traceparent: tp}, map[string]any{"traceparent": tp}},
+		{"none", Trace{Tracestate: "mw=1"}, nil},
+	}
+	for _, tc := range cases {
+		for _, viaGo := range []bool{false, true} {
+			params := Traced{Params: map[string]string{"threadId": "t1"}, Trace: tc.trace}
+			var done <-chan callOutcome
+			var goDone chan error
+			if viaGo {
+				goDone = make(chan error, 1)
+				if _, err := c.Go("turn/start", params, func(_ json.RawMessage, err error) { goDone <- err }); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				done = goCall(c, context.Background(), "turn/start", params)
+			}
+			req := p.recv()
+			got, present := req["trace"]
+			if tc.want == nil && present {
+				t.Errorf("%s (go %v): trace = %v, want none", tc.name, viaGo, got)
+			}
+			if tc.want != nil && jsonNum(got) != jsonNum(tc.want) {
+				t.Errorf("%s (go %v): trace = %v, want %v", tc.name, viaGo, got, tc.want)
+			}
+			if got, want := jsonNum(req["params"]), `{"threadId":"t1"}`; got != want {
+				t.Errorf("%s (go %v): params = %s, want %s", tc.name, viaGo, got, want)
+			}
+			p.send(`{"id":` + jsonNum(req["id"]) + `,"result":{}}`)
+			if viaGo {
+				if err := await(t, goDone); err != nil {
+					t.Fatal(err)
+				}
+			} else if out := await(t, done); out.err != nil {
+				t.Fatal(out.err)
+			}
+		}
+	}
+}

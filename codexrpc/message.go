@@ -183,6 +183,36 @@ type outRequest struct {
 	ID     int64  `json:"id"`
 	Method string `json:"method"`
 	Params any    `json:"params"`
+	Trace  *Trace `json:"trace,omitempty"`
+}
+
+// Trace is a W3C trace context (traceparent and tracestate, as their HTTP
+// headers would carry them): a request's optional "trace" field, codex's
+// W3cTraceContext (JSONRPCRequest.trace in generate-json-schema), which
+// the CLI takes as the parent of the spans it makes for the request.
+type Trace struct {
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
+}
+
+// Traced is the params of a request that carries a trace context: Go and
+// Call send Params as the request's params and Trace, when its
+// Traceparent is set, as its "trace" field.
+type Traced struct {
+	Params any
+	Trace  Trace
+}
+
+// unwrapTrace splits Traced params into the params and the trace field.
+func unwrapTrace(params any) (any, *Trace) {
+	t, ok := params.(Traced)
+	if !ok {
+		return params, nil
+	}
+	if t.Trace.Traceparent == "" {
+		return t.Params, nil
+	}
+	return t.Params, &t.Trace
 }
 
 type outNotification struct {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -434,11 +435,17 @@ func (g *Gateway) cancelLogin(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, []byte(`{}`))
 }
 
-// startRound runs a round and streams it.
+// startRound runs a round and streams it. The request's traceparent and
+// tracestate headers (W3C trace context) become the round's, unless its
+// body sets traceparent.
 func (g *Gateway) startRound(w http.ResponseWriter, r *http.Request) {
 	m, ok := read(g, w, r, func(m *messages.StartRound) {
 		if m.RoundID == "" {
 			m.RoundID = "gw-" + rand.Text()
+		}
+		if m.Traceparent == "" {
+			m.Traceparent = r.Header.Get("traceparent")
+			m.Tracestate = strings.Join(r.Header.Values("tracestate"), ",")
 		}
 	})
 	if !ok {

@@ -63,6 +63,10 @@ func stubRoot(c *actor.Context) {
 				Error:     "the user's token budget is spent: 65 of 60 tokens in the window",
 				ErrorInfo: &messages.ErrorInfo{Class: messages.ErrorBudget, Spent: 65, Budget: 60, ResetsAtUnix: time.Now().Add(2 * time.Minute).Unix()}})
 			return
+		case "echo-trace": // the trace context it was given, as its text
+			c.Engine().Send(c.Sender(), messages.RoundEvent{RoundID: m.RoundID, Seq: 1, Kind: messages.KindText, Text: m.Traceparent + "|" + m.Tracestate})
+			c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Thread: m.Thread, Status: messages.StatusCompleted})
+			return
 		case "capped":
 			c.Engine().Send(c.Sender(), messages.RoundFinished{RoundID: m.RoundID, Status: messages.StatusUnavailable, Error: "the node is at its cap of 2 live users"})
 			return

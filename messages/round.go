@@ -73,6 +73,13 @@ type StartRound struct {
 	ApprovalPolicy string `msgpack:"approval_policy,omitempty"`
 	// StreamCommandOutput asks for KindCommandOutput events.
 	StreamCommandOutput bool `msgpack:"stream_command_output,omitempty"`
+
+	// Traceparent and Tracestate are the caller's W3C trace context (as
+	// the HTTP headers of those names carry it; messages/trace.go): the
+	// daemon's spans of the round are its children. Optional; a malformed
+	// one is ignored (TraceContext), one over its bound refused.
+	Traceparent string `msgpack:"traceparent,omitempty"`
+	Tracestate  string `msgpack:"tracestate,omitempty"`
 }
 
 // Roles of a [Turn].

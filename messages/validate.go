@@ -79,6 +79,7 @@ func (m StartRound) Validate() error {
 		c.failf("ask_timeout_ms is %d, want 0 to %d", m.AskTimeoutMS, MaxAskTimeoutMS)
 	}
 	validateSurface(&c, m)
+	c.traceContext(m.Traceparent, m.Tracestate)
 	return c.err
 }
 

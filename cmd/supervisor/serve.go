@@ -63,6 +63,7 @@ type serveOptions struct {
 	budgets        budgetOptions
 	cluster        clusterOptions
 	callers        callerOptions
+	traces         traceOptions
 
 	authz            string
 	authzAllowAny    bool
@@ -109,6 +110,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	o.limits.register(fs)
 	o.budgets.register(fs)
 	o.cluster.register(fs)
+	o.traces.register(fs)
 	fs.StringVar(&o.authz, "authz", "", "authorization `FILE` (JSON) mapping peer certificate identities to the users and message kinds they may send (docs/SECURITY.md); required with mutual TLS")
 	fs.BoolVar(&o.authzAllowAny, "authz-allow-any", false, "with mutual TLS and no --authz: let every certificate of the CA act for every user (warned at every start)")
 	fs.Float64Var(&o.peerRate, "peer-rate", 20, "messages per second each peer may send (a peer is its identity under TLS, its IP in plaintext)")
@@ -188,6 +190,9 @@ func (o *serveOptions) validate() error {
 		errs = append(errs, err)
 	}
 	if err := o.cluster.validate(o.tls, o.allowPlaintext); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.traces.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	switch {
@@ -347,6 +352,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			certs.members = rt.node.Members
 		}
 	}
+	// Traces: flushed, and the exporter stopped, after the daemon stopped
+	// (the last rounds' spans end with their verdicts).
+	traces, err := o.traces.startTracing(ctx, bi.Version, log)
+	if err != nil {
+		return err
+	}
+	defer traces.shutdown()
 	d, gate, err := startDaemonEdge(o.listen, tlsConf, actors.Config{
 		Homes: o.homes, Workspace: o.workspace, CodexBin: bin,
 		Overrides: append(overrides, o.overrides...), CodexEnv: o.codexEnv,
@@ -360,7 +372,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CallerGrace: o.callers.callerGrace, RoundRetention: o.callers.roundRetention,
 	}, actors.Deps{
 		Logger: log, Metrics: metrics, Placement: placement, Isolation: iso, Contain: cgroups, Disk: disk,
-		Budgets: budgets,
+		Budgets: budgets, TracerProvider: traces.tracerProvider(),
 	}, edgeOptions{
 		policy: o.policy, peerRate: o.peerRate, peerBurst: o.peerBurst,
 		limits:            remote.Limits{HandshakeTimeout: o.handshakeTimeout, DialTimeout: o.dialTimeout, MaxConnsPerIP: o.maxConnsPerIP},
