@@ -249,7 +249,7 @@ type UsageResponse struct {
 	// user's app-server last reported them (account/rateLimits/updated,
 	// sent with each model response); none before its first report.
 	RateLimits []RateLimit `msgpack:"rate_limits,omitempty"`
-	Error  string      `msgpack:"error,omitempty"`
+	Error      string      `msgpack:"error,omitempty"`
 }
 
 // TokenUsage is a user's token spend on this daemon: in the budget's
