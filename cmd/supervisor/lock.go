@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshweaver/supervisor/isolate"
 )
 
 // lockName is the lock file in the homes folder: one daemon per homes.
@@ -18,8 +20,9 @@ const lockName = ".supervisor.lock"
 // its whole life (the kernel drops it when the process ends, however).
 type homesLock struct{ f *os.File }
 
-// lockMemberHomes takes the exclusive lock on homes (creating the folder and the
-// lock file if needed) and writes this process's pid into it. A second
+// lockMemberHomes takes the exclusive lock on homes (creating the folder,
+// the folders above it that are missing, and the lock file if needed:
+// isolate.MakeHomes) and writes this process's pid into it. A second
 // daemon gets an error naming the holder's pid.
 //
 // In a cluster the homes are shared by every member, so the lock is the
@@ -28,8 +31,8 @@ type homesLock struct{ f *os.File }
 // members — a lock on a network file system is client-local or a lease of
 // its own — etcd is (package cluster).
 func lockMemberHomes(homes, member string) (*homesLock, error) {
-	if err := os.MkdirAll(homes, 0o700); err != nil {
-		return nil, fmt.Errorf("creating --homes: %w", err)
+	if err := isolate.MakeHomes(homes); err != nil {
+		return nil, fmt.Errorf("--homes: %w", err)
 	}
 	name := filepath.Join(homes, lockName)
 	if member != "" {

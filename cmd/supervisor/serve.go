@@ -276,6 +276,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The homes opened for the users' uids, then the paths a round needs
+	// checked as the rounds will meet them: /readyz follows that check.
+	blocked, err := o.isolation.openUp(iso, o.homes, o.workspace, log)
+	if err != nil {
+		return err
+	}
 	// Limits before any app-server: a killed instance's user cgroups are
 	// emptied, and every start from now on enters its user's.
 	cgroups, disk, err := o.limits.open(o.homes, o.cluster.memberOf(), iso.UserNamespaces(), log)
@@ -354,7 +360,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
 		ops := startOpsOn(ln, reg, log)
-		ops.warning = iso.Warning()
+		ops.warning, ops.blocked = iso.Warning(), blocked
 		ops.ready.Store(true)
 		log.Info("metrics serving", "listen", ops.Addr())
 		quit := make(chan struct{})
