@@ -1,9 +1,11 @@
 package main
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,4 +108,132 @@ func checkRig(t *testing.T) (root, exe, workspace string) {
 	}
 	servable(t, root, workspace)
 	return root, exe, workspace
+}
+
+// TestCheckReportsEveryProblem: serve --check with a missing CLI, a
+// --listen address this host does not have, a --metrics-listen port
+// another process holds and a folder above the homes the users' uids
+// cannot pass names each of them in one run (exit 2), and runs no probe.
+// The address is TEST-NET-2 (RFC 5737), which no host is given.
+// Before, it stopped at the missing CLI, and never tried the binds.
+func TestCheckReportsEveryProblem(t *testing.T) {
+	root, exe, workspace := checkRig(t)
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	private := filepath.Join(root, "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := cliRun(t, exe, nil, "serve", "--check", "--homes", filepath.Join(private, "homes"),
+		"--workspace", workspace, "--codex", filepath.Join(root, "no-codex"),
+		"--listen", "198.51.100.5:4100", "--allow-plaintext", "--metrics-listen", held.Addr().String())
+	want := []string{
+		"codex binary: stat " + filepath.Join(root, "no-codex"),
+		"--listen 198.51.100.5:4100 cannot be bound", "no interface of this host has that address",
+		"--metrics-listen " + held.Addr().String() + " cannot be bound", "another process listens there",
+		"a round's probe did not run",
+	}
+	if os.Geteuid() == 0 { // the users' uids: a uid switch
+		want = append(want, "out of the users' reach: "+private+" (mode 0700)")
+	}
+	for _, w := range want {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("serve --check: stderr lacks %q", w)
+		}
+	}
+	if code != 2 || strings.Contains(stdout, "valid") {
+		t.Errorf("serve --check: exit %d, stdout %q, want 2 and no verdict of valid\nstderr: %s", code, stdout, stderr)
+	}
+}
+
+// TestCheckWritesOnlyItsTempFolder: a CLI the users' uids cannot reach
+// where it is installed (a 0700 folder) is linked by serve under
+// isolate.DefaultCLILinks; serve --check links it into its probe's
+// temporary folder instead, says so, removes it, and leaves the homes'
+// parent and DefaultCLILinks as they were. Before, each new CLI build
+// cost a check ~385 MB of hard links under /var/lib/meshweaver/codex-cli.
+func TestCheckWritesOnlyItsTempFolder(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the CLI is linked only under a uid switch, which needs root")
+	}
+	root, exe, workspace := checkRig(t)
+	bin := privateCLI(t, root)
+	before := dirNames(t, root)
+	links := dirNames(t, isolate.DefaultCLILinks)
+	t.Cleanup(func() { // what a failing check left there
+		for _, n := range dirNames(t, isolate.DefaultCLILinks) {
+			if !slices.Contains(links, n) && linksTo(filepath.Join(isolate.DefaultCLILinks, n), bin) {
+				os.RemoveAll(filepath.Join(isolate.DefaultCLILinks, n))
+			}
+		}
+	})
+	code, stdout, stderr := cliRun(t, exe, nil, "serve", "--check", "--homes", filepath.Join(root, "homes"),
+		"--workspace", workspace, "--codex", bin)
+	if code != 0 || !strings.Contains(stdout, "the settings are valid") {
+		t.Fatalf("serve --check: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	for _, w := range []string{"the probe ran it from " + filepath.Join(root, isolate.ProbePrefix), "links in its temporary folder (removed)",
+		"serve makes them once per CLI build under " + isolate.DefaultCLILinks, "wrote nothing but its probe's temporary folder"} {
+		if !strings.Contains(stdout, w) {
+			t.Errorf("serve --check: stdout %q lacks %q", stdout, w)
+		}
+	}
+	if after := dirNames(t, root); !slices.Equal(after, before) {
+		t.Errorf("serve --check left %v beside the homes, had %v", after, before)
+	}
+	for _, n := range dirNames(t, isolate.DefaultCLILinks) {
+		if !slices.Contains(links, n) && linksTo(filepath.Join(isolate.DefaultCLILinks, n), bin) {
+			t.Errorf("serve --check linked the CLI into %s", filepath.Join(isolate.DefaultCLILinks, n))
+		}
+	}
+}
+
+// privateCLI is the real CLI's folder hard-linked under a 0700 folder of
+// root, where no user uid can follow: its binary's path.
+func privateCLI(t *testing.T, root string) string {
+	t.Helper()
+	src := filepath.Dir(filepath.Dir(opsCodexBin(t))) // the vendor folder holding bin/
+	dst := filepath.Join(root, "private-cli")
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-al", src, filepath.Join(dst, "cli")).CombinedOutput(); err != nil {
+		t.Fatalf("linking the CLI: %v: %s", err, out)
+	}
+	return filepath.Join(dst, "cli", "bin", filepath.Base(opsCodexBin(t)))
+}
+
+// dirNames is dir's entries (none when it does not exist).
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// linksTo reports whether the tree at dir holds a link of bin's file.
+func linksTo(dir, bin string) bool {
+	want, err := os.Stat(bin)
+	if err != nil {
+		return false
+	}
+	found := false
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := os.Stat(p); err == nil && os.SameFile(fi, want) {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found
 }

@@ -19,6 +19,10 @@ type isolationOptions struct {
 	allowShared       bool
 	workspaceWritable bool
 	readOnly          stringList
+	// cliLinks is where the CLI is linked when the users' uids cannot
+	// reach it (not a flag; serve --check's probe: a temporary folder);
+	// "" is isolate.DefaultCLILinks.
+	cliLinks string
 }
 
 func (o *isolationOptions) register(fs *flag.FlagSet) {
@@ -106,7 +110,7 @@ func (o *isolationOptions) node(homes, workspace string, hide []string, log *slo
 	n, err := isolate.New(isolate.Options{
 		Homes: homes, Workspace: workspace, WorkspaceWritable: o.workspaceWritable,
 		UIDs: uids, Bwrap: host.Bwrap, ReadOnly: ro, Hide: hide, AllowShared: o.allowShared,
-		Root: os.Geteuid() == 0,
+		Root: os.Geteuid() == 0, CLILinks: o.cliLinks,
 	})
 	if err != nil {
 		return nil, err
