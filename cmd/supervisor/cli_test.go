@@ -185,7 +185,7 @@ func TestRoundExitCodes(t *testing.T) {
 		if got := roundExit(status); got != want {
 			t.Errorf("roundExit(%s) = %d, want %d", status, got, want)
 		}
-		if want > 0 && status != "new-status" && !strings.Contains(roundUsage, strings.TrimSpace(strings.Join([]string{itoa(want), string(status)}, " "))) {
+		if want > 0 && status != "new-status" && !strings.Contains(docOf("round").exits, strings.TrimSpace(strings.Join([]string{itoa(want), string(status)}, " "))) {
 			t.Errorf("round's help does not document exit %d for %s", want, status)
 		}
 	}

@@ -72,21 +72,6 @@ func roundExit(s messages.VerdictStatus) int {
 	return exitFailed
 }
 
-const roundUsage = `usage: supervisor round --user ID --thread KEY [flags] MESSAGE...
-
-Sends one chat round to the daemon and streams its answer: the text to
-stdout, reasoning, tools and the final status line to stderr ("--json":
-one JSON object a line on stdout, each with "type", "round_id" and "time",
-the fields named as on the wire). Flags may follow the message; "--" ends
-them. The MCP bearer token comes from $SUPERVISOR_MCP_TOKEN; --addr and
---tls-* default to $SUPERVISOR_ADDR and $SUPERVISOR_TLS_CERT, _KEY, _CA.
-
-Exit status: 0 completed, 1 failed (or another error), 2 usage,
-3 interrupted, 4 busy, 5 unavailable, 6 rejected, 7 no verdict (daemon
-unreachable, message refused, or --timeout passed).
-
-`
-
 func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("round", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -106,7 +91,6 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.roundID, "round-id", "", "round id (default: minted by the daemon)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up waiting for the verdict after this long")
 	o.tls.registerCaller(fs)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), roundUsage); fs.PrintDefaults() }
 	words, err := parseCaller(fs, args, someArgs)
 	if err != nil {
 		return err

@@ -10,24 +10,11 @@ import (
 	"text/tabwriter"
 )
 
-const configUsage = `usage: supervisor config [serve's flags]
-
-Prints the settings "supervisor serve" would run with, given the same
-flags, environment (SUPERVISOR_*) and --config file: one line per setting
-with its value and where it came from (flag, the variable, the file, or
-default), repeatable settings once per value. Secrets are redacted: a value
-whose setting names a key, token, password or secret (paths to such files
-are shown), KEY=VALUE entries whose key or value looks like one, and the
-password of a URL. It does not validate the settings: "serve --check" does.
-
-`
-
 // configCmd prints serve's effective settings and their sources.
 func configCmd(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := serveFlags(fs)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), configUsage); fs.PrintDefaults() }
 	src, errs, err := readServeSettings(fs, o, args, lookup)
 	if err != nil {
 		return err

@@ -409,10 +409,6 @@ func readServeOptions(args []string, lookup func(string) (string, bool), stderr 
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := serveFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: supervisor serve [flags]\n\nEvery flag can also be set in the environment as SUPERVISOR_<NAME>\n(upper case, dashes as underscores) or in the --config file (one\n\"name value\" a line). The command line wins over the environment, the\nenvironment over the file. Repeatable flags take a comma-separated list\nin the environment. --check validates everything and exits: 0 when\nvalid, 2 with every problem listed.\n\n")
-		fs.PrintDefaults()
-	}
 	_, errs, err := readServeSettings(fs, o, args, lookup)
 	if err != nil {
 		return nil, nil, nil, err
