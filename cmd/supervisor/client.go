@@ -125,7 +125,7 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	p := &printer{w: stdout, errw: stderr, json: o.json, roundID: o.roundID, start: time.Now()}
 	v, err := streamRound(ctx, c, req, p, o.timeout)
 	if err != nil {
-		return exitError{code: exitNoVerdict, err: err}
+		return exitError{code: exitNoVerdict, err: explainUnreachable(err, o.addr, tlsConf != nil)}
 	}
 	if code := roundExit(v.Status); code != 0 {
 		return exitError{code: code}
@@ -376,7 +376,7 @@ func controlCmd(ctx context.Context, what string, args []string, stdout, stderr 
 		answer, err = c.Interrupt(callCtx, messages.InterruptRound{User: *user, Thread: *thread, RoundID: *roundID})
 	}
 	if err != nil {
-		return noAnswer(ctx, err, *timeout)
+		return noAnswer(ctx, explainUnreachable(err, *addr, tlsConf != nil), *timeout)
 	}
 	if !answer.OK {
 		return fmt.Errorf("%s refused: %s", what, answer.Error)
