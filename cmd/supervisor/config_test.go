@@ -123,7 +123,7 @@ func TestConfigCommandLine(t *testing.T) {
 	}
 	out.Reset()
 	errOut.Reset()
-	if code := runCLI(context.Background(), []string{"help", "config"}, nil, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "usage: supervisor config") {
-		t.Errorf("supervisor help config: exit %d: %s", code, errOut.String())
+	if code := runCLI(context.Background(), []string{"help", "config"}, nil, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "usage: supervisor config") {
+		t.Errorf("supervisor help config: exit %d, stdout %q, stderr %q; want the help on stdout", code, out.String(), errOut.String())
 	}
 }
