@@ -38,11 +38,13 @@ folder it removes) and exits. SIGHUP reloads the TLS files, the log
 level and the limits; SIGTERM drains and stops.`,
 			"0 stopped cleanly (SIGTERM, SIGINT), or --check found nothing wrong; 1 a start that failed, or a stop past --stop-timeout; 2 invalid settings, or --check's problems (every one listed)."}
 	case "config":
-		return commandDoc{"supervisor config [serve's flags]",
+		return commandDoc{"supervisor config [--json] [serve's flags]",
 			`Prints the settings "supervisor serve" would run with, given the same
 flags, environment (SUPERVISOR_*) and --config file: one line per setting
 with its value and where it came from (flag, the variable, the file, or
-default), repeatable settings once per value. Secrets are redacted: a value whose
+default), repeatable settings once per value. --json prints one object
+a setting instead, with "resolved" and "why" where serve decides a value
+at start (auto: what it becomes on this host). Secrets are redacted: a value whose
 setting names a key, token, password or secret (paths to such files are
 shown), KEY=VALUE entries whose key or value looks like one, and the
 password of a URL. It does not validate the settings: "serve --check" does.`,
