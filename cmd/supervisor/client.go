@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -186,7 +187,15 @@ type printer struct {
 	reasoning strings.Builder // reasoning deltas not printed yet
 	reasonID  string          // the item they belong to
 	usage     *messages.Usage // the latest token counts
+	failed    []string        // the tools that failed, by name, in order
 }
+
+// Bounds of a failed tool's output as the printer shows it: its last
+// lines, which say why it failed.
+const (
+	failedOutputLines = 20
+	failedOutputBytes = 2000
+)
 
 func (p *printer) event(e messages.RoundEvent) {
 	if e.Usage != nil {
@@ -228,10 +237,13 @@ func (p *printer) event(e messages.RoundEvent) {
 		if e.Result.ExitCode != nil {
 			s += fmt.Sprintf(" (exit %d)", *e.Result.ExitCode)
 		}
+		out := strings.TrimSpace(e.Result.Output)
 		if e.Result.Failed {
-			s = fmt.Sprintf("tool %s failed: %s", e.Result.Name, e.Result.Fault)
+			p.failed = append(p.failed, e.Result.Name)
+			s = fmt.Sprintf("tool %s failed: %s", e.Result.Name, cmp.Or(e.Result.Fault, "no reason given"))
+			out = lastLines(out, failedOutputLines, failedOutputBytes)
 		}
-		if out := strings.TrimSpace(e.Result.Output); out != "" && !e.Result.Failed {
+		if out != "" {
 			s += ":\n" + indent(out)
 		}
 		p.note(s)
@@ -253,6 +265,29 @@ func (p *printer) flushReasoning() {
 			p.note("thinking: " + para)
 		}
 	}
+}
+
+// lastLines is the end of s: at most n lines and about max bytes (cut at
+// a line, or within the one last line), after a line saying how many
+// lines were left out.
+func lastLines(s string, n, max int) string {
+	lines := strings.Split(s, "\n")
+	keep := 0
+	size := 0
+	for i := len(lines) - 1; i >= 0 && keep < n; i-- {
+		if size += len(lines[i]) + 1; size > max && keep > 0 {
+			break
+		}
+		keep++
+	}
+	tail := lines[len(lines)-keep:]
+	if keep == 1 && len(tail[0]) > max {
+		tail = []string{"…" + strings.ToValidUTF8(tail[0][len(tail[0])-max:], "")}
+	}
+	if skipped := len(lines) - keep; skipped > 0 {
+		return fmt.Sprintf("… (%d lines above)\n%s", skipped, strings.Join(tail, "\n"))
+	}
+	return strings.Join(tail, "\n")
 }
 
 func indent(s string) string {
@@ -288,6 +323,11 @@ func (p *printer) done(v messages.RoundFinished) {
 	}
 	if v.Error != "" {
 		line += ": " + v.Error
+	}
+	if len(p.failed) > 0 {
+		// A completed round may rest on a tool that failed, whatever the
+		// answer says of it.
+		line += fmt.Sprintf("; %d tool call(s) failed: %s", len(p.failed), strings.Join(p.failed, ", "))
 	}
 	fmt.Fprintf(p.errw, "[%s]\n", line)
 }

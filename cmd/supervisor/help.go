@@ -58,9 +58,10 @@ default, or one per MESSAGE.`,
 	case "round":
 		return commandDoc{"supervisor round --user ID --thread KEY [flags] MESSAGE...",
 			`Sends one chat round to the daemon and streams its answer: the text to
-stdout, reasoning, tools and the final
-status line to stderr ("--json": one JSON object a line on stdout, each
-with "type", "round_id" and "time", the fields named as on the wire).
+stdout, reasoning, tools (a failed one with the end of its output) and the
+final status line, which names the tools that failed, to stderr ("--json":
+one JSON object a line on stdout, each with "type", "round_id" and "time",
+the fields named as on the wire).
 Flags may follow the message; "--" ends them. The MCP bearer token comes
 from $SUPERVISOR_MCP_TOKEN.
 
