@@ -20,7 +20,9 @@ import (
 func TestCheckProbesARound(t *testing.T) {
 	root, exe, workspace := checkRig(t)
 	homes := filepath.Join(root, "homes")
-	check := []string{"serve", "--check", "--homes", homes, "--workspace", workspace, "--codex", opsCodexBin(t)}
+	listen, metrics := checkAddrs(t)
+	check := []string{"serve", "--check", "--homes", homes, "--workspace", workspace, "--codex", opsCodexBin(t),
+		"--listen", listen, "--metrics-listen", metrics}
 	asRoot := os.Geteuid() == 0
 	_, err := exec.LookPath("bwrap")
 	bwrap := err == nil
@@ -50,10 +52,10 @@ func TestCheckProbesARound(t *testing.T) {
 	}
 	// What the users' agents can reach: as root their uids are refused;
 	// otherwise each plaintext listener is named.
-	if want := "the users' uids (200000-299999) are refused on the daemon's listeners: remote 127.0.0.1:4100, metrics 127.0.0.1:4101"; asRoot && !strings.Contains(stdout, want) {
+	if want := "the users' uids (200000-299999) are refused on the daemon's listeners: remote " + listen + ", metrics " + metrics; asRoot && !strings.Contains(stdout, want) {
 		t.Errorf("serve --check as root: %q lacks %q", stdout, want)
 	}
-	if want := "warning: a user's agent can reach these listeners without authentication: remote 127.0.0.1:4100, metrics 127.0.0.1:4101"; !asRoot && !strings.Contains(stdout, want) {
+	if want := "warning: a user's agent can reach these listeners without authentication: remote " + listen + ", metrics " + metrics; !asRoot && !strings.Contains(stdout, want) {
 		t.Errorf("serve --check: %q lacks %q", stdout, want)
 	}
 	leftNothing("valid")
@@ -94,6 +96,21 @@ func TestCheckProbesARound(t *testing.T) {
 		t.Errorf("serve --check with an override the CLI refuses: exit %d, stderr %q", code, stderr)
 	}
 	leftNothing("bad override")
+}
+
+// checkAddrs are free loopback addresses for --listen and
+// --metrics-listen: serve --check binds what it is given, and another
+// daemon on this host may hold the defaults.
+func checkAddrs(t *testing.T) (listen, metrics string) {
+	t.Helper()
+	var err error
+	if listen, err = freeLoopbackAddr(); err != nil {
+		t.Fatal(err)
+	}
+	if metrics, err = freeLoopbackAddr(); err != nil {
+		t.Fatal(err)
+	}
+	return listen, metrics
 }
 
 // checkRig is a folder for serve --check with the built binary and a
@@ -170,8 +187,9 @@ func TestCheckWritesOnlyItsTempFolder(t *testing.T) {
 			}
 		}
 	})
+	listen, metrics := checkAddrs(t)
 	code, stdout, stderr := cliRun(t, exe, nil, "serve", "--check", "--homes", filepath.Join(root, "homes"),
-		"--workspace", workspace, "--codex", bin)
+		"--workspace", workspace, "--codex", bin, "--listen", listen, "--metrics-listen", metrics)
 	if code != 0 || !strings.Contains(stdout, "the settings are valid") {
 		t.Fatalf("serve --check: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
