@@ -44,7 +44,8 @@ func (o *serveOptions) check(ctx context.Context, fs *flag.FlagSet, problems []s
 	if err != nil {
 		fail(err)
 	}
-	for _, err := range o.tryBinds() {
+	binds, held := o.tryBinds()
+	for _, err := range binds {
 		fail(err)
 	}
 	pathsOK := true
@@ -74,6 +75,9 @@ func (o *serveOptions) check(ctx context.Context, fs *flag.FlagSet, problems []s
 	if ran.linked != "" {
 		fmt.Fprintf(stdout, "supervisor serve: the users' uids cannot reach the codex CLI where it is installed: the probe ran it from %s, links in its temporary folder (removed); serve makes them once per CLI build under %s (hard links, a copy across file systems)\n", ran.linked, isolate.DefaultCLILinks)
 	}
+	for _, s := range held {
+		fmt.Fprintf(stdout, "supervisor serve: warning: %s\n", s)
+	}
 	fmt.Fprintf(stdout, "supervisor serve: the check wrote nothing but its probe's temporary folder %s (removed)\n", ran.dir)
 	fmt.Fprintf(stdout, "supervisor serve: user limits enforced here: %s\n", describeEnforced(rep, diskBound))
 	fmt.Fprintf(stdout, "supervisor serve: %s\n", findCodexCLI(o.op.codexBin))
@@ -98,8 +102,10 @@ func (o *serveOptions) check(ctx context.Context, fs *flag.FlagSet, problems []s
 // tryBinds binds each listener serve opens (the remote, the gateway, the
 // metrics, an embedded etcd member's client and peer ports) and closes it
 // at once: an address this host does not have, or one another process
-// holds, is a start that fails.
-func (o *serveOptions) tryBinds() []error {
+// holds, is a start that fails. An address in use while a daemon serves
+// these homes (their lock is held: the check before a restart) is that
+// daemon's as far as can be told, and only a warning (held).
+func (o *serveOptions) tryBinds() (errs []error, held []string) {
 	type listener struct{ flag, addr string }
 	ls := []listener{{"--listen", o.listen}, {"--gateway-listen", o.callers.gatewayListen}, {"--metrics-listen", o.metricsListen}}
 	if o.cluster.embedded() {
@@ -109,7 +115,6 @@ func (o *serveOptions) tryBinds() []error {
 			}
 		}
 	}
-	var errs []error
 	for _, l := range ls {
 		if l.addr == "" {
 			continue
@@ -124,11 +129,15 @@ func (o *serveOptions) tryBinds() []error {
 		case errors.Is(err, syscall.EADDRNOTAVAIL):
 			why = ": no interface of this host has that address; give one it has (ip -brief address), or 0.0.0.0 for all"
 		case errors.Is(err, syscall.EADDRINUSE):
-			why = ": another process listens there (a daemon already serving?)"
+			if pid := homesHolder(o.homes, o.cluster.memberOf()); pid != "" {
+				held = append(held, fmt.Sprintf("%s %s is in use, by the daemon serving these homes (pid %s) as far as can be told: it is free once that daemon stops", l.flag, l.addr, pid))
+				continue
+			}
+			why = ": another process listens there"
 		}
 		errs = append(errs, fmt.Errorf("%s %s cannot be bound: %w%s", l.flag, l.addr, err, why))
 	}
-	return errs
+	return errs, held
 }
 
 // probeResult is what probeRound ran: a line about it, the probe's
@@ -144,7 +153,8 @@ type probeResult struct{ ran, dir, linked string }
 // sandbox mode and in --max-sandbox's when a round may ask for more. It
 // returns what ran, or an error naming the path a round would fail on and
 // the fix. The probe's home is a folder of its own under the homes (or
-// under the deepest folder of them that exists), gone when the probe ends;
+// under the deepest folder of them that exists, or beside homes the users'
+// uids cannot pass until serve opens them), gone when the probe ends;
 // no user's home, uid claim or cgroup is touched. Where the users' uids
 // cannot reach the CLI, its links are made in that folder too, not under
 // isolate.DefaultCLILinks, which is serve's.
@@ -156,9 +166,15 @@ func (o *serveOptions) probeRound(ctx context.Context) (probeResult, error) {
 	if err != nil {
 		return res, err
 	}
-	base, _, err := isolate.Existing(o.homes)
+	base, fi, err := isolate.Existing(o.homes)
 	if err != nil {
 		return res, fmt.Errorf("probing a round: the homes %s: %w", o.homes, err)
+	}
+	if abs, _ := filepath.Abs(o.homes); base == abs && fi.Mode().Perm()&0o001 == 0 && o.isolation.switchesUIDs() {
+		// Homes the users' uids cannot pass yet: serve opens them at start
+		// (isolate.Node.OpenHomes); the probe, which changes no mode, runs
+		// beside them meanwhile.
+		base = filepath.Dir(base)
 	}
 	dir, err := os.MkdirTemp(base, isolate.ProbePrefix+"*")
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -254,4 +255,38 @@ func linksTo(dir, bin string) bool {
 		return nil
 	})
 	return found
+}
+
+// TestCheckBeforeARestart: the check a restart is preceded by (the
+// unit's "same line plus --check") runs while the daemon still serves:
+// an address in use while these homes' lock is held is that daemon's, a
+// warning naming its pid, and the check passes; the same address in use
+// with no daemon on the homes is a problem.
+func TestCheckBeforeARestart(t *testing.T) {
+	root, exe, workspace := checkRig(t)
+	homes := filepath.Join(root, "homes")
+	listen, _ := checkAddrs(t)
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	check := []string{"serve", "--check", "--homes", homes, "--workspace", workspace, "--codex", opsCodexBin(t),
+		"--listen", listen, "--metrics-listen", held.Addr().String()}
+
+	code, _, stderr := cliRun(t, exe, nil, check...)
+	if code != 2 || !strings.Contains(stderr, "--metrics-listen "+held.Addr().String()+" cannot be bound") {
+		t.Errorf("serve --check, the port held, no daemon: exit %d, stderr %q; want 2 naming it", code, stderr)
+	}
+
+	lock, err := lockMemberHomes(homes, "") // the serving daemon's
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.release()
+	code, stdout, stderr := cliRun(t, exe, nil, check...)
+	want := fmt.Sprintf("warning: --metrics-listen %s is in use, by the daemon serving these homes (pid %d)", held.Addr(), os.Getpid())
+	if code != 0 || !strings.Contains(stdout, want) {
+		t.Errorf("serve --check while the daemon serves: exit %d, stdout %q, stderr %q; want 0 and %q", code, stdout, stderr, want)
+	}
 }

@@ -65,6 +65,30 @@ func lockMemberHomes(homes, member string) (*homesLock, error) {
 	return &homesLock{f: f}, nil
 }
 
+// homesHolder is the pid of the daemon that holds the homes lock of homes
+// (member's in a cluster), or "" when none does. It only reads: a lock
+// file that is not there is no daemon, and none is created.
+func homesHolder(homes, member string) string {
+	name := filepath.Join(homes, lockName)
+	if member != "" {
+		name = filepath.Join(homes, ".supervisor."+member+".lock")
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
+		return "" // taken and let go at the close: nobody held it
+	}
+	b, _ := os.ReadFile(name)
+	pid := strings.TrimSpace(string(b))
+	if _, err := strconv.Atoi(pid); err != nil {
+		return "unknown"
+	}
+	return pid
+}
+
 // release lets the lock go (the pid stays in the file; it is only read
 // while the lock is held).
 func (l *homesLock) release() { l.f.Close() }
