@@ -34,10 +34,7 @@ func lockMemberHomes(homes, member string) (*homesLock, error) {
 	if err := isolate.MakeHomes(homes); err != nil {
 		return nil, fmt.Errorf("--homes: %w", err)
 	}
-	name := filepath.Join(homes, lockName)
-	if member != "" {
-		name = filepath.Join(homes, ".supervisor."+member+".lock")
-	}
+	name := lockPath(homes, member)
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening the homes lock: %w", err)
@@ -65,14 +62,20 @@ func lockMemberHomes(homes, member string) (*homesLock, error) {
 	return &homesLock{f: f}, nil
 }
 
+// lockPath is the homes lock of homes: the daemon's, or member's in a
+// cluster.
+func lockPath(homes, member string) string {
+	if member != "" {
+		return filepath.Join(homes, ".supervisor."+member+".lock")
+	}
+	return filepath.Join(homes, lockName)
+}
+
 // homesHolder is the pid of the daemon that holds the homes lock of homes
 // (member's in a cluster), or "" when none does. It only reads: a lock
 // file that is not there is no daemon, and none is created.
 func homesHolder(homes, member string) string {
-	name := filepath.Join(homes, lockName)
-	if member != "" {
-		name = filepath.Join(homes, ".supervisor."+member+".lock")
-	}
+	name := lockPath(homes, member)
 	f, err := os.Open(name)
 	if err != nil {
 		return ""
