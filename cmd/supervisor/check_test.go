@@ -178,12 +178,12 @@ func TestCheckWritesOnlyItsTempFolder(t *testing.T) {
 		t.Skip("the CLI is linked only under a uid switch, which needs root")
 	}
 	root, exe, workspace := checkRig(t)
-	bin := privateCLI(t, root)
+	bin, marker := privateCLI(t, root)
 	before := dirNames(t, root)
 	links := dirNames(t, isolate.DefaultCLILinks)
 	t.Cleanup(func() { // what a failing check left there
 		for _, n := range dirNames(t, isolate.DefaultCLILinks) {
-			if !slices.Contains(links, n) && linksTo(filepath.Join(isolate.DefaultCLILinks, n), bin) {
+			if !slices.Contains(links, n) && linksTo(filepath.Join(isolate.DefaultCLILinks, n), marker) {
 				os.RemoveAll(filepath.Join(isolate.DefaultCLILinks, n))
 			}
 		}
@@ -204,15 +204,18 @@ func TestCheckWritesOnlyItsTempFolder(t *testing.T) {
 		t.Errorf("serve --check left %v beside the homes, had %v", after, before)
 	}
 	for _, n := range dirNames(t, isolate.DefaultCLILinks) {
-		if !slices.Contains(links, n) && linksTo(filepath.Join(isolate.DefaultCLILinks, n), bin) {
+		if !slices.Contains(links, n) && linksTo(filepath.Join(isolate.DefaultCLILinks, n), marker) {
 			t.Errorf("serve --check linked the CLI into %s", filepath.Join(isolate.DefaultCLILinks, n))
 		}
 	}
 }
 
 // privateCLI is the real CLI's folder hard-linked under a 0700 folder of
-// root, where no user uid can follow: its binary's path.
-func privateCLI(t *testing.T, root string) string {
+// root, where no user uid can follow: its binary's path, and a marker file
+// of its own in the folder. A copy of the folder (isolate.LinkCLI's) holds
+// a link of the marker; the CLI's own files are links of the installed
+// CLI's, which other daemons on this host link too.
+func privateCLI(t *testing.T, root string) (bin, marker string) {
 	t.Helper()
 	src := filepath.Dir(filepath.Dir(opsCodexBin(t))) // the vendor folder holding bin/
 	dst := filepath.Join(root, "private-cli")
@@ -222,7 +225,11 @@ func privateCLI(t *testing.T, root string) string {
 	if out, err := exec.Command("cp", "-al", src, filepath.Join(dst, "cli")).CombinedOutput(); err != nil {
 		t.Fatalf("linking the CLI: %v: %s", err, out)
 	}
-	return filepath.Join(dst, "cli", "bin", filepath.Base(opsCodexBin(t)))
+	marker = filepath.Join(dst, "cli", "marker-"+filepath.Base(root))
+	if err := os.WriteFile(marker, []byte(t.Name()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dst, "cli", "bin", filepath.Base(opsCodexBin(t))), marker
 }
 
 // dirNames is dir's entries (none when it does not exist).
@@ -239,9 +246,9 @@ func dirNames(t *testing.T, dir string) []string {
 	return names
 }
 
-// linksTo reports whether the tree at dir holds a link of bin's file.
-func linksTo(dir, bin string) bool {
-	want, err := os.Stat(bin)
+// linksTo reports whether the tree at dir holds a link of file.
+func linksTo(dir, file string) bool {
+	want, err := os.Stat(file)
 	if err != nil {
 		return false
 	}
