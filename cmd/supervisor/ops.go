@@ -100,7 +100,7 @@ func startOpsOn(ln net.Listener, reg *prometheus.Registry, log *slog.Logger) *op
 		}
 		if o.blocked != nil {
 			if why := o.blocked(); why != "" {
-				http.Error(w, "not ready: every round would fail: "+why, http.StatusServiceUnavailable)
+				http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 				return
 			}
 		}
