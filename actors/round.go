@@ -2,6 +2,7 @@ package actors
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -525,8 +526,20 @@ func (r *roundActor) conclude() {
 		r.flush(true) // every event goes before the verdict
 		deliver(r.engine, r.req.replyTo, v, r.log)
 	}
-	r.log.Info("round finished", "status", v.Status, "duration", took, "resumed", v.Resumed, "warm", r.thread.by == openedWarm,
-		"fell_back", v.FellBack, "context_lost", v.ContextLost, "not_saved", v.NotSaved)
+	attrs := []any{"status", v.Status, "duration", took, "resumed", v.Resumed, "warm", r.thread.by == openedWarm,
+		"fell_back", v.FellBack, "context_lost", v.ContextLost, "not_saved", v.NotSaved}
+	level := slog.LevelInfo
+	if v.Status == messages.StatusFailed || v.Status == messages.StatusUnavailable {
+		// A round that failed is the operator's to see; one interrupted
+		// (by its caller, the drain, a stall) or refused is not a failure.
+		class := messages.ErrorOther
+		if v.ErrorInfo != nil && v.ErrorInfo.Class != "" {
+			class = v.ErrorInfo.Class
+		}
+		level = slog.LevelWarn
+		attrs = append(attrs, "class", class, "err", textcut.Bytes(v.Error, 1024))
+	}
+	r.log.Log(context.Background(), level, "round finished", attrs...)
 	r.engine.BroadcastEvent(RoundEnded{User: r.req.User, RoundID: r.req.RoundID, Status: v.Status})
 }
 

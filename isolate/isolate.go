@@ -267,10 +267,10 @@ func (n *Node) uidFor(userDir, home string) (uint32, error) {
 	// user's uid may pass through them (bubblewrap binds the home as that
 	// uid) but not list them; Homes/<user>/meshweaver stays 0700.
 	for _, d := range []string{n.opts.Homes, userDir} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
+		if err := os.MkdirAll(d, PassMode); err != nil {
 			return 0, err
 		}
-		if err := os.Chmod(d, 0o711); err != nil {
+		if err := os.Chmod(d, PassMode); err != nil {
 			return 0, err
 		}
 	}

@@ -34,7 +34,7 @@ func (n *Node) Probe(home, codexBin string) (Launch, error) {
 	if !n.opts.UIDs.Empty() {
 		uid := n.opts.UIDs.Hi
 		// The folders as uidFor leaves a user's: passable, not listable.
-		if err := os.Chmod(userDir, 0o711); err != nil {
+		if err := os.Chmod(userDir, PassMode); err != nil {
 			return Launch{}, fmt.Errorf("probing in %s: %w", home, err)
 		}
 		if err := os.Chown(home, int(uid), int(uid)); err != nil {

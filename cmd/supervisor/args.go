@@ -38,8 +38,8 @@ const (
 )
 
 // parseArgs sets fs's flags from args, wherever they stand, and returns
-// the positional words. "--" ends the flags; "-h" and "--help" print the
-// usage and return flag.ErrHelp. Every mistake (an unknown flag, a missing
+// the positional words. "--" ends the flags; "-h" and "--help" return a
+// helpError (flag.ErrHelp), which runCLI prints as the command's help. Every mistake (an unknown flag, a missing
 // or bad value, a stray word under noArgs) is printed to fs.Output() and
 // the result is errUsage.
 func parseArgs(fs *flag.FlagSet, args []string, policy argsPolicy) ([]string, error) {
@@ -63,7 +63,8 @@ func printUsageErrors(fs *flag.FlagSet, errs []string) {
 }
 
 // scanArgs is parseArgs without the printing: the positional words, every
-// mistake, and flag.ErrHelp (the usage printed) for -h.
+// mistake, and a helpError (flag.ErrHelp) for -h, whose help runCLI
+// prints on stdout.
 func scanArgs(fs *flag.FlagSet, args []string, policy argsPolicy) (rest, errs []string, err error) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -78,13 +79,7 @@ func scanArgs(fs *flag.FlagSet, args []string, policy argsPolicy) (rest, errs []
 		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
 		name, value, hasValue := strings.Cut(name, "=")
 		if name == "h" || name == "help" {
-			if fs.Usage != nil {
-				fs.Usage()
-			} else {
-				fmt.Fprintf(fs.Output(), "usage of %s:\n", fs.Name())
-				fs.PrintDefaults()
-			}
-			return nil, nil, flag.ErrHelp
+			return nil, nil, helpError{fs}
 		}
 		f := fs.Lookup(name)
 		if f == nil {

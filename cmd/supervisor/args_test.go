@@ -70,8 +70,15 @@ func TestScanArgs(t *testing.T) {
 	var out bytes.Buffer
 	fs.SetOutput(&out)
 	fs.Int("n", 0, "a number to show in the usage")
-	if _, err := parseArgs(fs, []string{"word", "-h", "--nope"}, noArgs); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "a number to show") {
-		t.Errorf("-h: %v, output %q", err, out.String())
+	// -h prints nothing itself: runCLI prints the help on stdout.
+	_, err := parseArgs(fs, []string{"word", "-h", "--nope"}, noArgs)
+	var help helpError
+	if !errors.Is(err, flag.ErrHelp) || !errors.As(err, &help) || out.Len() != 0 {
+		t.Fatalf("-h: %v, output %q; want a helpError and nothing printed", err, out.String())
+	}
+	writeHelp(&out, help.fs)
+	if !strings.Contains(out.String(), "a number to show") {
+		t.Errorf("-h: the help %q lacks the flag", out.String())
 	}
 }
 

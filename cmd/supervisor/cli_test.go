@@ -75,7 +75,9 @@ func TestCLICommandLine(t *testing.T) {
 
 	// serve --check: 0 when valid, nothing started; the same mistakes via
 	// the environment and a config file, with the file's line numbers.
-	valid := []string{"serve", "--check", "--homes", homes, "--workspace", workspace, "--codex", codex}
+	listen, metrics := checkAddrs(t)
+	valid := []string{"serve", "--check", "--homes", homes, "--workspace", workspace, "--codex", codex,
+		"--listen", listen, "--metrics-listen", metrics}
 	if os.Geteuid() == 0 {
 		// As root the users get uids of their own, and --check follows a
 		// round's paths as they would: the test's 0700 folders stop them,
@@ -185,7 +187,7 @@ func TestRoundExitCodes(t *testing.T) {
 		if got := roundExit(status); got != want {
 			t.Errorf("roundExit(%s) = %d, want %d", status, got, want)
 		}
-		if want > 0 && status != "new-status" && !strings.Contains(roundUsage, strings.TrimSpace(strings.Join([]string{itoa(want), string(status)}, " "))) {
+		if want > 0 && status != "new-status" && !strings.Contains(docOf("round").exits, strings.TrimSpace(strings.Join([]string{itoa(want), string(status)}, " "))) {
 			t.Errorf("round's help does not document exit %d for %s", want, status)
 		}
 	}

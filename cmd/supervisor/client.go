@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -82,23 +83,6 @@ func roundExit(s messages.VerdictStatus) int {
 	return exitFailed
 }
 
-const roundUsage = `usage: supervisor round --user ID --thread KEY [flags] MESSAGE...
-
-Sends one chat round to the daemon and streams its answer: the text to
-stdout, reasoning, tools and the final status line to stderr ("--json":
-one JSON object a line on stdout, each with "type", "round_id" and "time",
-the fields named as on the wire). Flags may follow the message; "--" ends
-them. The MCP bearer token comes from $SUPERVISOR_MCP_TOKEN; --addr and
---tls-* default to $SUPERVISOR_ADDR and $SUPERVISOR_TLS_CERT, _KEY, _CA.
-
-Exit status: 0 completed, 1 failed (or another error), 2 usage,
-3 interrupted, 4 busy, 5 unavailable, 6 rejected, 7 no verdict (daemon
-unreachable, message refused, or --timeout passed), 8 the user's token
-budget is spent (refused before the model, or interrupted at the budget;
-the status line says when it frees up).
-
-`
-
 func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("round", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -118,7 +102,6 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.roundID, "round-id", "", "round id (default: minted by the daemon)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up waiting for the verdict after this long")
 	o.tls.registerCaller(fs)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), roundUsage); fs.PrintDefaults() }
 	words, err := parseCaller(fs, args, someArgs)
 	if err != nil {
 		return err
@@ -153,7 +136,7 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	p := &printer{w: stdout, errw: stderr, json: o.json, roundID: o.roundID, start: time.Now()}
 	v, err := streamRound(ctx, c, req, p, o.timeout)
 	if err != nil {
-		return exitError{code: exitNoVerdict, err: err}
+		return exitError{code: exitNoVerdict, err: explainUnreachable(err, o.addr, tlsConf != nil)}
 	}
 	if code := verdictExit(v); code != 0 {
 		return exitError{code: code}
@@ -214,7 +197,15 @@ type printer struct {
 	reasoning strings.Builder // reasoning deltas not printed yet
 	reasonID  string          // the item they belong to
 	usage     *messages.Usage // the latest token counts
+	failed    []string        // the tools that failed, by name, in order
 }
+
+// Bounds of a failed tool's output as the printer shows it: its last
+// lines, which say why it failed.
+const (
+	failedOutputLines = 20
+	failedOutputBytes = 2000
+)
 
 func (p *printer) event(e messages.RoundEvent) {
 	if e.Usage != nil {
@@ -256,10 +247,13 @@ func (p *printer) event(e messages.RoundEvent) {
 		if e.Result.ExitCode != nil {
 			s += fmt.Sprintf(" (exit %d)", *e.Result.ExitCode)
 		}
+		out := strings.TrimSpace(e.Result.Output)
 		if e.Result.Failed {
-			s = fmt.Sprintf("tool %s failed: %s", e.Result.Name, e.Result.Fault)
+			p.failed = append(p.failed, e.Result.Name)
+			s = fmt.Sprintf("tool %s failed: %s", e.Result.Name, cmp.Or(e.Result.Fault, "no reason given"))
+			out = lastLines(out, failedOutputLines, failedOutputBytes)
 		}
-		if out := strings.TrimSpace(e.Result.Output); out != "" && !e.Result.Failed {
+		if out != "" {
 			s += ":\n" + indent(out)
 		}
 		p.note(s)
@@ -281,6 +275,29 @@ func (p *printer) flushReasoning() {
 			p.note("thinking: " + para)
 		}
 	}
+}
+
+// lastLines is the end of s: at most n lines and about max bytes (cut at
+// a line, or within the one last line), after a line saying how many
+// lines were left out.
+func lastLines(s string, n, max int) string {
+	lines := strings.Split(s, "\n")
+	keep := 0
+	size := 0
+	for i := len(lines) - 1; i >= 0 && keep < n; i-- {
+		if size += len(lines[i]) + 1; size > max && keep > 0 {
+			break
+		}
+		keep++
+	}
+	tail := lines[len(lines)-keep:]
+	if keep == 1 && len(tail[0]) > max {
+		tail = []string{"…" + strings.ToValidUTF8(tail[0][len(tail[0])-max:], "")}
+	}
+	if skipped := len(lines) - keep; skipped > 0 {
+		return fmt.Sprintf("… (%d lines above)\n%s", skipped, strings.Join(tail, "\n"))
+	}
+	return strings.Join(tail, "\n")
 }
 
 func indent(s string) string {
@@ -316,6 +333,11 @@ func (p *printer) done(v messages.RoundFinished) {
 	}
 	if v.Error != "" {
 		line += ": " + v.Error
+	}
+	if len(p.failed) > 0 {
+		// A completed round may rest on a tool that failed, whatever the
+		// answer says of it.
+		line += fmt.Sprintf("; %d tool call(s) failed: %s", len(p.failed), strings.Join(p.failed, ", "))
 	}
 	fmt.Fprintf(p.errw, "[%s]\n", line)
 }
@@ -404,7 +426,7 @@ func controlCmd(ctx context.Context, what string, args []string, stdout, stderr 
 		answer, err = c.Interrupt(callCtx, messages.InterruptRound{User: *user, Thread: *thread, RoundID: *roundID})
 	}
 	if err != nil {
-		return noAnswer(ctx, err, *timeout)
+		return noAnswer(ctx, explainUnreachable(err, *addr, tlsConf != nil), *timeout)
 	}
 	if !answer.OK {
 		return fmt.Errorf("%s refused: %s", what, answer.Error)

@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/meshweaver/supervisor/contain"
 )
 
 // configLines runs `supervisor config args` with env as the environment
@@ -123,7 +127,64 @@ func TestConfigCommandLine(t *testing.T) {
 	}
 	out.Reset()
 	errOut.Reset()
-	if code := runCLI(context.Background(), []string{"help", "config"}, nil, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "usage: supervisor config") {
-		t.Errorf("supervisor help config: exit %d: %s", code, errOut.String())
+	if code := runCLI(context.Background(), []string{"help", "config"}, nil, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "usage: supervisor config") {
+		t.Errorf("supervisor help config: exit %d, stdout %q, stderr %q; want the help on stdout", code, out.String(), errOut.String())
+	}
+}
+
+// TestConfigJSONResolves: config --json prints one object a setting, as
+// the table does, with what serve makes of the settings it decides at
+// start: the auto limits as this node's numbers, the CLI's path, the
+// defaults taken from other settings, bubblewrap and the uid range as
+// this host allows them; secrets stay redacted. Before, --json was an
+// unknown flag and "auto" was all config said.
+func TestConfigJSONResolves(t *testing.T) {
+	bin := opsCodexBin(t)
+	var out, errOut bytes.Buffer
+	lookup := func(string) (string, bool) { return "", false }
+	err := configCmd([]string{"--json", "--homes", "/srv/homes", "--codex", bin, "--sandbox", "workspace-write",
+		"--codex-env", "OPENAI_API_KEY=sk-secret-0123", "--user-pids-max", "300"}, lookup, &out, &errOut)
+	if err != nil {
+		t.Fatalf("config --json: %v\n%s", err, errOut.String())
+	}
+	got := map[string]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("config --json printed %q: %v", line, err)
+		}
+		got[m["name"].(string)] = m
+	}
+	if table := configLines(t, nil); len(got) != len(table) {
+		t.Errorf("config --json: %d settings, the table %d", len(got), len(table))
+	}
+	def := contain.Defaults()
+	for name, want := range map[string]string{
+		"user-memory-max":         contain.FormatSize(def.Memory),
+		"user-cpu-max":            contain.FormatCPU(def.CPU),
+		"codex":                   bin,
+		"max-sandbox":             "workspace-write",
+		"allow-approval-policies": "never",
+	} {
+		if r, _ := got[name]["resolved"].(string); r != want || got[name]["why"] == "" {
+			t.Errorf("%s: %v, want resolved %q with why", name, got[name], want)
+		}
+	}
+	if _, ok := got["user-pids-max"]["resolved"]; ok || got["user-pids-max"]["value"] != "300" {
+		t.Errorf("user-pids-max set to 300: %v, want the value and nothing resolved", got["user-pids-max"])
+	}
+	if f := got["log-format"]["resolved"]; f != "json" && f != "text" {
+		t.Errorf("log-format auto resolved to %v", got["log-format"])
+	}
+	for _, name := range []string{"bwrap", "uid-range", "cgroup-version"} {
+		if r, ok := got[name]["resolved"].(string); !ok || r == "" || r == "auto" {
+			t.Errorf("%s: %v, want what this host makes of it", name, got[name])
+		}
+	}
+	if vals := fmt.Sprint(got["codex-env"]["values"]); vals != "[OPENAI_API_KEY=<redacted>]" || strings.Contains(out.String(), "sk-secret") {
+		t.Errorf("codex-env: %s, want the key redacted", vals)
+	}
+	if got["homes"]["value"] != "/srv/homes" || got["homes"]["source"] != "flag" {
+		t.Errorf("homes: %v", got["homes"])
 	}
 }

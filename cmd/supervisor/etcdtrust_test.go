@@ -318,8 +318,9 @@ func TestCheckWarnsEtcdTrustsCallers(t *testing.T) {
 	members := tlsNewCA(t, root, "etcd-ca", "meshweaver test etcd CA")
 	cert, key := callers.issue(t, root, "node")
 	etcdCert, etcdKey := members.issue(t, root, "node-etcd")
+	listen, metrics := checkAddrs(t)
 	check := []string{"serve", "--check", "--homes", filepath.Join(root, "homes"), "--workspace", workspace, "--codex", opsCodexBin(t),
-		"--tls-cert", cert, "--tls-key", key, "--tls-ca", callers.pem, "--authz-allow-any",
+		"--listen", listen, "--metrics-listen", metrics, "--tls-cert", cert, "--tls-key", key, "--tls-ca", callers.pem, "--authz-allow-any",
 		"--cluster", "prod", "--member", "n1", "--etcd-endpoints", "https://127.0.0.1:2379"}
 	code, stdout, stderr := cliRun(t, exe, nil, check...)
 	if code != 0 || !strings.Contains(stdout, "warning: "+etcdTrustWarning) {

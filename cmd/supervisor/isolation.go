@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/meshweaver/supervisor/isolate"
 )
@@ -20,6 +21,10 @@ type isolationOptions struct {
 	uidClaims         string
 	workspaceWritable bool
 	readOnly          stringList
+	// cliLinks is where the CLI is linked when the users' uids cannot
+	// reach it (not a flag; serve --check's probe: a temporary folder);
+	// "" is isolate.DefaultCLILinks.
+	cliLinks string
 }
 
 func (o *isolationOptions) register(fs *flag.FlagSet) {
@@ -51,9 +56,13 @@ func (o *isolationOptions) switchesUIDs() bool {
 // reach (the homes, the workspace, the --sandbox-ro paths), with the fix:
 // bubblewrap binds them as the user's uid, and the CLI reading the
 // workspace is that uid. The CLI itself is linked where they can reach it
-// (isolate.Options.CLILinks).
+// (isolate.Options.CLILinks). The homes folder itself is not held against
+// them: serve opens it (isolate.Node.OpenHomes) before any round, and
+// creates the folders missing above it passable (isolate.MakeHomes); a
+// path not made yet is judged by the deepest part of it that exists.
 func (o *isolationOptions) unreachable(homes, workspace string) []error {
 	var errs []error
+	openedHomes, _ := filepath.Abs(homes)
 	for _, p := range append([]string{homes, workspace}, o.readOnly...) {
 		if p == "" {
 			continue
@@ -62,6 +71,8 @@ func (o *isolationOptions) unreachable(homes, workspace string) []error {
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))
+		case blocked != "" && p == homes && blocked == openedHomes:
+			// Opened at start, as a user's first start would.
 		case blocked != "":
 			mode := "?"
 			if fi, err := os.Stat(blocked); err == nil {
@@ -114,15 +125,10 @@ func (o *isolationOptions) node(homes, workspace string, hide []string, log *slo
 	n, err := isolate.New(isolate.Options{
 		Homes: homes, Workspace: workspace, WorkspaceWritable: o.workspaceWritable,
 		UIDs: uids, Bwrap: host.Bwrap, ReadOnly: ro, Hide: hide, AllowShared: o.allowShared, HostClaims: claims,
-		Root: os.Geteuid() == 0,
+		Root: os.Geteuid() == 0, CLILinks: o.cliLinks,
 	})
 	if err != nil {
 		return nil, err
-	}
-	if !uids.Empty() {
-		for _, err := range o.unreachable(homes, workspace) {
-			log.Error("a path the users' app-servers need is out of their reach", "err", err)
-		}
 	}
 	if n.Mode() == "uid" {
 		log.Warn("uid-only: no bubblewrap, so the users' agents share /tmp, /dev/shm and every world-readable file of the host (--allow-uid-only)", "isolation", n.Mode())
@@ -132,4 +138,29 @@ func (o *isolationOptions) node(homes, workspace string, hide []string, log *slo
 		log.Info("users separated", "isolation", n.Mode(), "uid_range", uids.String(), "bwrap", host.Bwrap)
 	}
 	return n, nil
+}
+
+// openUp opens the homes for the users' uids (isolate.Node.OpenHomes) and
+// only then checks that every path a round needs is within their reach
+// (unreachable), logging each that is not. It returns the readiness
+// condition: "" while every path is within reach, else why every round
+// fails. The condition checks again at each call (a few stats), so that a
+// mode the operator fixes while the daemon serves makes it ready.
+func (o *isolationOptions) openUp(n *isolate.Node, homes, workspace string, log *slog.Logger) (func() string, error) {
+	if n.UIDs().Empty() {
+		return func() string { return "" }, nil
+	}
+	if err := n.OpenHomes(); err != nil {
+		return nil, err
+	}
+	for _, err := range o.unreachable(homes, workspace) {
+		log.Error("a path the users' app-servers need is out of their reach", "err", err)
+	}
+	return func() string {
+		var why []string
+		for _, err := range o.unreachable(homes, workspace) {
+			why = append(why, err.Error())
+		}
+		return strings.Join(why, "; ")
+	}, nil
 }

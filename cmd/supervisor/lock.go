@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshweaver/supervisor/isolate"
 )
 
 // lockName is the lock file in the homes folder: one daemon per homes.
@@ -18,8 +20,9 @@ const lockName = ".supervisor.lock"
 // its whole life (the kernel drops it when the process ends, however).
 type homesLock struct{ f *os.File }
 
-// lockMemberHomes takes the exclusive lock on homes (creating the folder and the
-// lock file if needed) and writes this process's pid into it. A second
+// lockMemberHomes takes the exclusive lock on homes (creating the folder,
+// the folders above it that are missing, and the lock file if needed:
+// isolate.MakeHomes) and writes this process's pid into it. A second
 // daemon gets an error naming the holder's pid.
 //
 // In a cluster the homes are shared by every member, so the lock is the
@@ -28,13 +31,10 @@ type homesLock struct{ f *os.File }
 // members — a lock on a network file system is client-local or a lease of
 // its own — etcd is (package cluster).
 func lockMemberHomes(homes, member string) (*homesLock, error) {
-	if err := os.MkdirAll(homes, 0o700); err != nil {
-		return nil, fmt.Errorf("creating --homes: %w", err)
+	if err := isolate.MakeHomes(homes); err != nil {
+		return nil, fmt.Errorf("--homes: %w", err)
 	}
-	name := filepath.Join(homes, lockName)
-	if member != "" {
-		name = filepath.Join(homes, ".supervisor."+member+".lock")
-	}
+	name := lockPath(homes, member)
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening the homes lock: %w", err)
@@ -60,6 +60,36 @@ func lockMemberHomes(homes, member string) (*homesLock, error) {
 		return nil, fmt.Errorf("writing the pid into %s: %w", name, err)
 	}
 	return &homesLock{f: f}, nil
+}
+
+// lockPath is the homes lock of homes: the daemon's, or member's in a
+// cluster.
+func lockPath(homes, member string) string {
+	if member != "" {
+		return filepath.Join(homes, ".supervisor."+member+".lock")
+	}
+	return filepath.Join(homes, lockName)
+}
+
+// homesHolder is the pid of the daemon that holds the homes lock of homes
+// (member's in a cluster), or "" when none does. It only reads: a lock
+// file that is not there is no daemon, and none is created.
+func homesHolder(homes, member string) string {
+	name := lockPath(homes, member)
+	f, err := os.Open(name)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
+		return "" // taken and let go at the close: nobody held it
+	}
+	b, _ := os.ReadFile(name)
+	pid := strings.TrimSpace(string(b))
+	if _, err := strconv.Atoi(pid); err != nil {
+		return "unknown"
+	}
+	return pid
 }
 
 // release lets the lock go (the pid stays in the file; it is only read

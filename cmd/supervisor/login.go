@@ -34,6 +34,11 @@ func (a *accountFlags) register(fs *flag.FlagSet, timeout time.Duration) {
 	a.tls.registerCaller(fs)
 }
 
+// explain is explainUnreachable for the daemon the flags name.
+func (a *accountFlags) explain(err error) error {
+	return explainUnreachable(err, a.addr, a.tls.enabled())
+}
+
 // dial connects to the daemon the flags name.
 func (a *accountFlags) dial(ctx context.Context) (*client.Client, error) {
 	conf, err := a.tls.config()
@@ -79,7 +84,7 @@ func loginCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			if rej, ok := errors.AsType[*client.RejectedError](err); ok {
 				return fmt.Errorf("the daemon refused the key: %s", rej.Reason)
 			}
-			return noAnswer(ctx, err, af.timeout)
+			return noAnswer(ctx, af.explain(err), af.timeout)
 		}
 		fmt.Fprintln(stdout, "API key stored for the user; codex uses it from the next round on.")
 		return nil
@@ -114,7 +119,7 @@ func loginCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("no outcome within %v", af.timeout)
 		}
-		return err
+		return af.explain(err)
 	}
 	if !done.Success {
 		fmt.Fprintf(stderr, "login failed: %s\n", done.Error)
@@ -152,7 +157,7 @@ func simpleCmd(ctx context.Context, name string, args []string, stdout, stderr i
 		if rej, ok := errors.AsType[*client.RejectedError](err); ok {
 			return fmt.Errorf("the daemon refused: %s", rej.Reason)
 		}
-		return noAnswer(ctx, err, af.timeout)
+		return noAnswer(ctx, af.explain(err), af.timeout)
 	}
 	switch name {
 	case "logout":

@@ -42,10 +42,12 @@ commands:
   bench       measure the daemon against a direct client of the same codex CLI
   fence       the out-of-process fence of a cluster member (serve starts it; docs/DEPLOY.md)
   version     print the version, commit, Go version and pinned codex CLI
-  help        show a command's flags: supervisor help <command>
+  usage       show a user's use of this node's limits
+  help        show a command's help: supervisor help <command>
 
 Flags may come before or after a command's words; "--" ends them.
-Run "supervisor help <command>" for a command's flags.
+Run "supervisor help <command>" (or "supervisor <command> -h") for a
+command's synopsis, flags and exit statuses.
 `
 
 // errUsage marks a command-line mistake: exit code 2.
@@ -116,8 +118,12 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return 2
 	}
 	var ee exitError
+	var help helpError
 	switch {
 	case err == nil:
+		return 0
+	case errors.As(err, &help):
+		writeHelp(stdout, help.fs)
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0

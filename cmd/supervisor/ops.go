@@ -62,6 +62,10 @@ type opsServer struct {
 	// warning, when set (before ready), follows "ready" in /readyz: what
 	// the operator must know, such as users not being separated.
 	warning string
+	// blocked, when set (before ready), is asked at each /readyz: while it
+	// names why every round would fail (a path out of the users' reach),
+	// /readyz is 503 with that reason.
+	blocked func() string
 }
 
 // newRegistry is the daemon's Prometheus registry: its own collectors plus
@@ -93,6 +97,12 @@ func startOpsOn(ln net.Listener, reg *prometheus.Registry, log *slog.Logger) *op
 		if !o.ready.Load() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
+		}
+		if o.blocked != nil {
+			if why := o.blocked(); why != "" {
+				http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+				return
+			}
 		}
 		fmt.Fprintln(w, "ready")
 		if o.warning != "" {

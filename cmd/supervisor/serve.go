@@ -217,49 +217,16 @@ func (o *serveOptions) validate() error {
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := loadServeOptions(args, os.LookupEnv, stderr)
+	o, fs, problems, err := readServeOptions(args, os.LookupEnv, stderr)
 	if err != nil {
 		return err
 	}
 	if o.op.check {
-		rep, diskBound, err := o.limits.check(o.homes, o.cluster.memberOf(), o.isolation.bwrap != "off")
-		if err != nil {
-			fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
-			return errUsage
-		}
-		if o.isolation.switchesUIDs() {
-			if errs := o.isolation.unreachable(o.homes, o.workspace); len(errs) > 0 {
-				for _, err := range errs {
-					fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
-				}
-				return errUsage
-			}
-		}
-		// Then what a round runs, as a round runs it.
-		ran, err := o.probeRound(ctx)
-		if err != nil {
-			fmt.Fprintf(stderr, "supervisor serve: %v\n", err)
-			return errUsage
-		}
-		fmt.Fprintf(stdout, "supervisor serve: %s\n", ran)
-		fmt.Fprintf(stdout, "supervisor serve: user limits enforced here: %s\n", describeEnforced(rep, diskBound))
-		fmt.Fprintf(stdout, "supervisor serve: %s\n", findCodexCLI(o.op.codexBin))
-		var uids isolate.Range
-		if o.isolation.switchesUIDs() {
-			uids, _ = isolate.ParseRange(o.isolation.uidRange)
-		}
-		kept, open := o.reach(newListenerGuard(uids, nil, nil))
-		for _, s := range kept {
-			fmt.Fprintf(stdout, "supervisor serve: %s\n", s)
-		}
-		for _, s := range open {
-			fmt.Fprintf(stdout, "supervisor serve: warning: %s\n", s)
-		}
-		if s := o.cluster.etcdTrustsCallers(o.tls); s != "" {
-			fmt.Fprintf(stdout, "supervisor serve: warning: %s\n", s)
-		}
-		fmt.Fprintln(stdout, "supervisor serve: the settings are valid")
-		return nil
+		return o.check(ctx, fs, problems, stdout)
+	}
+	if len(problems) > 0 {
+		printUsageErrors(fs, problems)
+		return errUsage
 	}
 	// SIGHUP is caught from here on, so that one sent while the daemon
 	// starts does not kill it; it is handled once the daemon serves.
@@ -309,6 +276,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		certs.log = log
 	}
 	iso, err := o.isolation.node(o.homes, o.workspace, []string{o.tls.cert, o.tls.key, o.tls.ca, o.authz}, log)
+	if err != nil {
+		return err
+	}
+	// The homes opened for the users' uids, then the paths a round needs
+	// checked as the rounds will meet them: /readyz follows that check.
+	blocked, err := o.isolation.openUp(iso, o.homes, o.workspace, log)
 	if err != nil {
 		return err
 	}
@@ -404,7 +377,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
 		ops := startOpsOn(ln, reg, log)
-		ops.warning = iso.Warning()
+		ops.warning, ops.blocked = iso.Warning(), blocked
 		ops.ready.Store(true)
 		log.Info("metrics serving", "listen", ops.Addr())
 		quit := make(chan struct{})
@@ -469,16 +442,28 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // pass. Every problem is printed to stderr; the error is then errUsage
 // (exit 2). -h gives flag.ErrHelp.
 func loadServeOptions(args []string, lookup func(string) (string, bool), stderr io.Writer) (*serveOptions, error) {
+	o, fs, problems, err := readServeOptions(args, lookup, stderr)
+	if err != nil {
+		return nil, err
+	}
+	if len(problems) > 0 {
+		printUsageErrors(fs, problems)
+		return nil, errUsage
+	}
+	return o, nil
+}
+
+// readServeOptions is loadServeOptions without the verdict: the settings
+// as read and every problem with them, one line each, so that --check can
+// go on to what the settings do not show (binds, paths, a round's probe)
+// and report all of it at once. err is flag.ErrHelp for -h.
+func readServeOptions(args []string, lookup func(string) (string, bool), stderr io.Writer) (*serveOptions, *flag.FlagSet, []string, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := serveFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: supervisor serve [flags]\n\nEvery flag can also be set in the environment as SUPERVISOR_<NAME>\n(upper case, dashes as underscores) or in the --config file (one\n\"name value\" a line). The command line wins over the environment, the\nenvironment over the file. Repeatable flags take a comma-separated list\nin the environment. --check validates everything and exits: 0 when\nvalid, 2 with every problem listed.\n\n")
-		fs.PrintDefaults()
-	}
 	_, errs, err := readServeSettings(fs, o, args, lookup)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if err := o.validate(); err != nil {
 		errs = append(errs, err)
@@ -499,11 +484,11 @@ func loadServeOptions(args []string, lookup func(string) (string, bool), stderr 
 		}
 		o.op.codexBin = bin
 	}
+	var problems []string
 	if err := errors.Join(errs...); err != nil {
-		printUsageErrors(fs, strings.Split(err.Error(), "\n"))
-		return nil, errUsage
+		problems = strings.Split(err.Error(), "\n")
 	}
-	return o, nil
+	return o, fs, problems, nil
 }
 
 // readServeSettings sets serve's flags (fs, registered by serveFlags into
