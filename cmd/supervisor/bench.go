@@ -188,6 +188,8 @@ func benchFloodCmd(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	fs := flag.NewFlagSet(benchFloodCommand, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	deltas := fs.Int("deltas", 1, "deltas in each turn")
+	var overrides stringList // the -c settings every app-server gets (features.goals=false): a flood has no features
+	fs.Var(&overrides, "c", "a codex `key=value` setting, as every app-server is given them (ignored)")
 	if _, err := parseArgs(fs, args, noArgs); err != nil {
 		return err
 	}
