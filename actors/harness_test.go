@@ -64,6 +64,14 @@ func newHarness(t testing.TB, mutate func(*tree)) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{t: t, engine: e, root: root, model: model, cfg: tr}
+	// No actor of a test on the real CLI may panic: the guard contains a
+	// panic, so only its event shows it.
+	watch := e.SpawnFunc(func(c *actor.Context) {
+		if p, ok := c.Message().(PanicContained); ok {
+			t.Errorf("an actor panicked (contained): %s", p.PID)
+		}
+	}, "panic-watch")
+	e.Subscribe(watch)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -73,6 +81,8 @@ func newHarness(t testing.TB, mutate func(*tree)) *harness {
 			_ = pprof.Lookup("goroutine").WriteTo(&dump, 1)
 			t.Errorf("stopping the tree timed out; goroutines:\n%s", dump.String())
 		}
+		e.Unsubscribe(watch)
+		<-e.Poison(watch).Done()
 		// No round test sees a turn that no round asked for (goals are
 		// off); the goal tests turn them on and count them themselves.
 		if !tr.Goals {
