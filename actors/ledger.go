@@ -132,12 +132,12 @@ func (a *registryActor) overBudget(now time.Time, r *budget.Rules, slack int64) 
 		return nil
 	}
 	w := r.WindowOr()
-	s := a.ledger.l.Spent(now, w, r.CachedInput)
-	if s.Cost < b+slack && !s.Damaged {
+	cost, damaged := a.ledger.l.Cost(now, w, r.CachedInput)
+	if cost < b+slack && !damaged {
 		return nil
 	}
-	spent := s.Cost
-	if s.Damaged {
+	spent := cost
+	if damaged {
 		spent = max(spent, b)
 	}
 	frees := a.ledger.l.FreesAt(now, w, b, r.CachedInput)

@@ -154,7 +154,14 @@ func (l *Ledger) Charge(now time.Time, window time.Duration, model, thread strin
 	}
 	w := bucketWidth(window)
 	start := now.Unix() / w * w
-	i := slices.IndexFunc(l.Buckets, func(b Bucket) bool { return b.Start == start && b.Width == w && b.Model == model })
+	// The current bucket is among the last (one per model): look from the end.
+	i := -1
+	for j := len(l.Buckets) - 1; j >= 0 && l.Buckets[j].Start >= start; j-- {
+		if b := l.Buckets[j]; b.Start == start && b.Width == w && b.Model == model {
+			i = j
+			break
+		}
+	}
 	if i < 0 {
 		l.Buckets = append(l.Buckets, Bucket{Start: start, Width: w, Model: model})
 		i = len(l.Buckets) - 1
@@ -183,7 +190,15 @@ func (l *Ledger) boundThreads() {
 // usage kept (ledgerKeep), and the oldest past the bound.
 func (l *Ledger) prune(now time.Time, window time.Duration) {
 	keep := max(window, ledgerKeep)
-	l.Buckets = slices.DeleteFunc(l.Buckets, func(b Bucket) bool { return !b.ends(keep).After(now) })
+	// Buckets are appended in time order, so the expired ones lead; one
+	// out of order (a clock set back) stays until the leading ones go.
+	n := 0
+	for n < len(l.Buckets) && !l.Buckets[n].ends(keep).After(now) {
+		n++
+	}
+	if n > 0 {
+		l.Buckets = slices.Delete(l.Buckets, 0, n)
+	}
 	if n := len(l.Buckets) - maxLedgerBuckets; n > 0 {
 		l.Buckets = l.Buckets[n:]
 	}
@@ -197,6 +212,25 @@ type Spend struct {
 	// Damaged says the ledger's file was damaged less than a window ago:
 	// the spend counts as the whole budget.
 	Damaged bool
+}
+
+// counts reports whether b counts at now in window (the arithmetic of
+// ends, in nanoseconds: no time.Time per bucket).
+func counts(b Bucket, nowNs int64, window time.Duration) bool {
+	return (b.Start+b.Width)*int64(time.Second)+int64(window) > nowNs
+}
+
+// Cost is the cost of the spend that counts at now in window, and whether
+// the ledger counts as damaged: Spent without the models, for the checks
+// made at every report and admission.
+func (l *Ledger) Cost(now time.Time, window time.Duration, cached bool) (cost int64, damaged bool) {
+	nowNs := now.UnixNano()
+	for _, b := range l.Buckets {
+		if counts(b, nowNs, window) {
+			cost += b.Tokens.Cost(cached)
+		}
+	}
+	return cost, l.DamagedAt != 0 && time.Unix(l.DamagedAt, 0).Add(window).After(now)
 }
 
 // Spent is the spend that counts at now in window.

@@ -39,6 +39,9 @@ func TestLedgerChargesEachReportOnce(t *testing.T) {
 		}
 		sum = sum.Add(got)
 	}
+	if c, _ := l.Cost(now, w, true); c != sum.Cost(true) {
+		t.Errorf("cost %d, want %d", c, sum.Cost(true))
+	}
 	if sp := l.Spent(now, w, true); sp.Cost != sum.Cost(true) || sp.Models["m"] != sum || l.Totals["m"] != sum {
 		t.Errorf("spent %+v, totals %+v; want %+v", sp, l.Totals, sum)
 	}
@@ -149,5 +152,23 @@ func TestLedgerBounded(t *testing.T) {
 	l.Charge(now.Add(ledgerKeep+2*time.Hour), time.Hour, "m", "late", tok(1, 1), tok(1, 1))
 	if len(l.Buckets) != 1 {
 		t.Errorf("%d buckets kept after a month, want 1", len(l.Buckets))
+	}
+}
+
+// BenchmarkLedgerCharge: one usage report charged to a ledger holding a
+// day of minute buckets for 3 models and 1,000 threads, and the spend
+// read as an admission reads it.
+func BenchmarkLedgerCharge(b *testing.B) {
+	now := time.Unix(1_800_000_000, 0)
+	l := NewLedger(now)
+	for i := range 1440 * 3 {
+		th := "t" + time.Duration(i%1000).String()
+		l.Charge(now.Add(time.Duration(i/3)*time.Minute), 24*time.Hour, "m"+string(rune('a'+i%3)), th, tok(10, 3), tok(int64(10*(i+1)), int64(3*(i+1))))
+	}
+	at := now.Add(24 * time.Hour)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		l.Charge(at, 24*time.Hour, "ma", "bench", tok(10, 3), tok(int64(10*(i+1)), int64(3*(i+1))))
+		_, _ = l.Cost(at, 24*time.Hour, true)
 	}
 }
