@@ -346,9 +346,30 @@ func (r *roundActor) onNote(n *codexrpc.Notification, hd eventmap.Header) {
 	for _, ev := range events {
 		r.emit(ev)
 	}
+	if len(events) == 0 && end == nil && r.req.RawEvents {
+		ev := rawEvent(n, hd)
+		if tid := hd.Delta.ThreadID; hd.Err == nil && tid != "" && tid != r.thread.id {
+			ev.AgentThread = tid // a child agent's
+		}
+		r.emit(ev)
+	}
 	if end != nil {
 		r.turnEnded(end)
 	}
+}
+
+// rawEvent is a notification no other event carries, for a caller that
+// asked for raw events: its method and params as codex sent them.
+func rawEvent(n *codexrpc.Notification, hd eventmap.Header) messages.RoundEvent {
+	raw := &messages.RawNote{Method: n.Method, Params: string(n.Params)}
+	if len(raw.Params) > messages.MaxRawParams {
+		raw.Params, raw.Cut = raw.Params[:messages.MaxRawParams], true
+	}
+	ev := messages.RoundEvent{Kind: messages.KindRaw, Raw: raw}
+	if hd.Err == nil {
+		ev.ItemID = hd.Delta.ItemID
+	}
+	return ev
 }
 
 // budgetStop interrupts the turn: the user's token budget is spent.

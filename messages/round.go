@@ -55,6 +55,10 @@ type StartRound struct {
 	// AskTimeoutMS is the deadline of each request put to the caller
 	// under PolicyAsk, in milliseconds; 0 means DefaultAskTimeoutMS.
 	AskTimeoutMS int64 `msgpack:"ask_timeout_ms,omitempty"`
+	// RawEvents asks for every notification of the round's thread that no
+	// other event carries, as a KindRaw event: its method and its params
+	// as codex sent them (cut at MaxRawParams).
+	RawEvents bool `msgpack:"raw_events,omitempty"`
 
 	// The wider surface (messages/surface.go).
 
@@ -114,7 +118,23 @@ const (
 	// "starting codex" while the user's app-server starts (seconds on a
 	// first round), so that a caller can say so instead of showing nothing.
 	KindStatus EventKind = "status"
+	// KindRaw: Raw is a notification of the round's thread that no other
+	// event carries, as codex sent it (StartRound.RawEvents).
+	KindRaw EventKind = "raw"
 )
+
+// MaxRawParams bounds a KindRaw event's params; longer ones are cut and
+// marked.
+const MaxRawParams = 64 << 10
+
+// RawNote is a notification as codex sent it.
+type RawNote struct {
+	Method string `msgpack:"method,omitempty"`
+	// Params is its params, JSON text; Cut says they were longer than
+	// MaxRawParams and are not whole (not valid JSON then).
+	Params string `msgpack:"params,omitempty"`
+	Cut    bool   `msgpack:"cut,omitempty"`
+}
 
 // StatusStartingCodex is the Text of the KindStatus event a round sends
 // while its user's codex app-server starts.
@@ -147,6 +167,8 @@ type RoundEvent struct {
 	Reroute     *ModelReroute `msgpack:"reroute,omitempty"`
 	// ErrorInfo classifies a KindError or KindRetry event.
 	ErrorInfo *ErrorInfo `msgpack:"error_info,omitempty"`
+	// Raw is the payload of a KindRaw event.
+	Raw *RawNote `msgpack:"raw,omitempty"`
 }
 
 // ToolCall describes a tool call (a command, a patch, an MCP tool) codex

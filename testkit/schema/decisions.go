@@ -121,7 +121,11 @@ const (
 	item5 = "not yet: issue 35 item 5 (review mode)"
 	item6 = "not yet: issue 35 item 6 (MCP and configuration)"
 	item7 = "not yet: issue 35 item 7 maps it for callers"
-	raw   = "dropped today; issue 35 item 7 passes it to callers that ask for raw events"
+	// passed is a notification of a round's thread that no event maps:
+	// a round that asks for raw events gets it as it came (KindRaw).
+	passed = "a raw event (method and params as sent) to rounds that ask for them (StartRound.raw_events); dropped for the others"
+	// noThread is a notification of no thread: it reaches no round.
+	noThread = "names no thread, so it reaches no round's raw events; dropped today"
 )
 
 func decisionGroups() []group {
@@ -275,21 +279,24 @@ func decisionGroups() []group {
 		// Server notifications not used.
 		{ServerNotification, NotUsed, `goals are off (features.goals=false); ` + item2,
 			[]string{"thread/goal/updated", "thread/goal/cleared"}},
-		{ServerNotification, NotUsed, item7,
+		{ServerNotification, PassedThrough, passed + "; " + item7,
 			[]string{"turn/plan/updated", "item/plan/delta", "item/mcpToolCall/progress", "item/fileChange/patchUpdated",
-				"warning", "guardianWarning", "deprecationNotice", "configWarning",
+				"warning", "guardianWarning",
 				"thread/status/changed", "thread/name/updated", "thread/closed", "thread/compacted"}},
+		{ServerNotification, NotUsed, noThread + "; " + item7,
+			[]string{"deprecationNotice", "configWarning"}},
 		{ServerNotification, NotUsed, "follows the daemon's thread/archive, whose answer it reads",
 			[]string{"thread/archived"}},
 		{ServerNotification, NotUsed, "follows a method the daemon does not call yet; " + item4,
 			[]string{"thread/unarchived", "thread/deleted", "thread/reverted"}},
-		{ServerNotification, NotUsed, raw,
+		{ServerNotification, PassedThrough, passed,
 			[]string{"hook/started", "hook/completed", "item/autoApprovalReview/started", "item/autoApprovalReview/completed",
 				"autoApprovalReview/strictReviewRequired", "item/reasoning/summaryPartAdded", "item/commandExecution/terminalInteraction",
 				"thread/environment/connected", "thread/environment/disconnected", "model/verification",
 				"modelProvider/authRecoveryStarted", "modelProvider/authRecoveryCompleted", "turn/moderationMetadata",
-				"model/safetyBuffering/updated", "skills/changed", "app/list/updated", "remoteControl/status/changed",
-				"thread/readState/changed", "account/gatewayOAuth/changed"}},
+				"model/safetyBuffering/updated", "thread/readState/changed"}},
+		{ServerNotification, NotUsed, noThread,
+			[]string{"skills/changed", "app/list/updated", "remoteControl/status/changed", "account/gatewayOAuth/changed"}},
 		{ServerNotification, NotUsed, "follows a method the daemon does not call",
 			[]string{"process/outputDelta", "process/exited", "thread/search/partial", "fs/changed",
 				"fuzzyFileSearch/sessionUpdated", "fuzzyFileSearch/sessionCompleted",
@@ -316,9 +323,12 @@ func decisionGroups() []group {
 		{ThreadItem, Used, "a tool call and its result: `web_search`", []string{"webSearch"}},
 		{ThreadItem, Used, "a tool call and its result (no dynamic tools are declared yet: issue 35 item 3)", []string{"dynamicToolCall"}},
 		{ThreadItem, Used, "a subagent's start, activity and end", []string{"collabAgentToolCall", "subAgentActivity"}},
-		{ThreadItem, NotUsed, item7, []string{"plan", "contextCompaction", "imageView"}},
-		{ThreadItem, NotUsed, item5, []string{"enteredReviewMode", "exitedReviewMode"}},
-		{ThreadItem, NotUsed, "shows no event; " + raw, []string{"hookPrompt", "functionCallOutput", "sleep", "imageGeneration"}},
+		{ThreadItem, PassedThrough, "its item/started and item/completed as raw events to rounds that ask for them (no event maps them); " + item7,
+			[]string{"plan", "contextCompaction", "imageView"}},
+		{ThreadItem, PassedThrough, "its item/started and item/completed as raw events to rounds that ask for them; " + item5,
+			[]string{"enteredReviewMode", "exitedReviewMode"}},
+		{ThreadItem, PassedThrough, "shows no event of its own: its item/started and item/completed as raw events to rounds that ask for them",
+			[]string{"hookPrompt", "functionCallOutput", "sleep", "imageGeneration"}},
 	}
 }
 
