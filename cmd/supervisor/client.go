@@ -38,7 +38,7 @@ func dialDaemon(ctx context.Context, addr, listen string, tlsConf *tls.Config, s
 type roundOptions struct {
 	tls                        tlsOptions
 	addr, listen, user, thread string
-	json, autoApprove          bool
+	json, autoApprove, raw     bool
 	mcpURL, model, effort      string
 	instructions, roundID      string
 	sandbox, approval          string
@@ -92,6 +92,7 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.user, "user", "", "mesh user id (required)")
 	fs.StringVar(&o.thread, "thread", "", "mesh thread key (required)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per event per line, the last {\"type\":\"done\",...}")
+	fs.BoolVar(&o.raw, "raw-events", false, "also show every notification of codex that no other event carries (with --json, as raw events: method and params)")
 	fs.BoolVar(&o.autoApprove, "auto-approve", false, "approve codex's command and patch requests (codex asks only under an approval policy other than never: see --approval-policy)")
 	fs.StringVar(&o.approval, "approval-policy", "", "the round's approval policy: never, on-request or untrusted, within what the daemon allows (default: the daemon's)")
 	fs.StringVar(&o.sandbox, "sandbox", "", "the round's sandbox: read-only, workspace-write or danger-full-access, within the daemon's bound (default: the daemon's)")
@@ -127,7 +128,7 @@ func roundCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		RoundID: o.roundID, User: o.user, Thread: o.thread, Text: text,
 		AutoApprove: o.autoApprove, MCPURL: o.mcpURL, MCPToken: os.Getenv("SUPERVISOR_MCP_TOKEN"),
 		Model: o.model, Effort: o.effort, DeveloperInstructions: o.instructions,
-		Sandbox: o.sandbox, ApprovalPolicy: o.approval,
+		Sandbox: o.sandbox, ApprovalPolicy: o.approval, RawEvents: o.raw,
 	}
 	if err := req.Validate(); err != nil {
 		fmt.Fprintf(stderr, "supervisor round: %v\n", err)
@@ -259,7 +260,20 @@ func (p *printer) event(e messages.RoundEvent) {
 		p.note(s)
 	case messages.KindNotice, messages.KindError, messages.KindQuestion:
 		p.note(string(e.Kind) + ": " + e.Text)
+	case messages.KindRaw:
+		if e.Raw != nil {
+			p.note("codex " + e.Raw.Method + " " + textcutRunes(e.Raw.Params, 200))
+		}
 	}
+}
+
+// textcutRunes is s cut at n runes, marked.
+func textcutRunes(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
 }
 
 // flushReasoning prints the reasoning gathered so far, one line per

@@ -37,3 +37,15 @@ func TestPrintTokens(t *testing.T) {
 		t.Errorf("without a budget: %s", b.String())
 	}
 }
+
+// supervisor round --raw-events shows a raw event's method and params on
+// the notes' stream, cut.
+func TestPrintRawEvent(t *testing.T) {
+	var out, notes bytes.Buffer
+	p := &printer{w: &out, errw: &notes, roundID: "r", start: time.Now()}
+	p.event(messages.RoundEvent{Kind: messages.KindRaw, Raw: &messages.RawNote{Method: "thread/status/changed",
+		Params: `{"threadId":"t","status":{"type":"idle"}}` + strings.Repeat(" ", 300)}})
+	if s := notes.String(); !strings.Contains(s, `codex thread/status/changed {"threadId":"t","status":{"type":"idle"}}`) || !strings.Contains(s, "…") || out.Len() != 0 {
+		t.Errorf("notes %q, text %q", s, out.String())
+	}
+}
