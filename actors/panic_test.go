@@ -110,6 +110,7 @@ func (f actorFunc) Receive(c *actor.Context) { f(c) }
 // still works, another user is untouched, the daemon goes on.
 func TestSupervisionPanicContained(t *testing.T) {
 	h := supHarness(t, heldFake(t, fakeappserver.Config{}))
+	h.panics.Store(true)
 	events := tapEvents(t, h.engine)
 	probe := &eventProbe{}
 	probe.spawn(t, h.engine)
@@ -146,6 +147,7 @@ func TestSupervisionPanicContained(t *testing.T) {
 func TestSupervisionRoundPanicGivesVerdictAndInterruptsTurn(t *testing.T) {
 	record := filepath.Join(t.TempDir(), "record.jsonl")
 	h := supHarness(t, withFake(t, fakeappserver.Config{HoldTurns: true, RecordPath: record}))
+	h.panics.Store(true)
 	probe := &eventProbe{}
 	probe.spawn(t, h.engine)
 	c := h.caller()
