@@ -185,7 +185,7 @@ type callTable struct {
 type appThreads struct {
 	router   threadRouter            // thread → its subscribed round, and the early notes
 	children eventmap.ChildThreads   // child agents' threads → their parents
-	askers   map[string]*actor.PID   // round actor id → its log, for rounds that ask (askVia)
+	askers   map[string]asker        // round actor id → its log, for rounds that ask or serve tools (askVia)
 	loaded   map[string]loadedThread // threads the current process holds
 	opening  map[mcpfront.Key]int    // opens in flight holding a front key (settings.go)
 	warming  map[string][]warmUp     // warm-ups waiting for their registry lookup, by mesh thread
@@ -327,9 +327,9 @@ func (a *appServerActor) Receive(c *actor.Context) {
 		a.exited(m)
 	case askVia:
 		if a.threads.askers == nil {
-			a.threads.askers = make(map[string]*actor.PID)
+			a.threads.askers = make(map[string]asker)
 		}
-		a.threads.askers[m.round.ID] = m.log
+		a.threads.askers[m.round.ID] = asker{log: m.log, all: m.all}
 	case askViaGone:
 		delete(a.threads.askers, m.round.ID)
 	case codexNotes:

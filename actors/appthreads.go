@@ -47,6 +47,7 @@ func (a *appServerActor) open(m openThread) {
 		a.call(codexproto.MethodThreadStart, traced(codexproto.ThreadStartParams{
 			Cwd: m.settings.Cwd, Sandbox: m.settings.Sandbox, ApprovalPolicy: m.settings.ApprovalPolicy,
 			DeveloperInstructions: m.settings.DeveloperInstructions, Config: m.settings.Config,
+			DynamicTools: m.settings.DynamicTools,
 		}, m.trace), "", func(res json.RawMessage, err error) {
 			var t codexproto.ThreadResult
 			if err == nil {
@@ -370,8 +371,8 @@ func (a *appServerActor) answer(m codexServerRequest) serverAnswer {
 	threadID, _ := eventmap.ThreadOf(m.req.Params)
 	root := a.threads.children.Root(threadID) // a child agent's request is its round's
 	s, ok := a.threads.router.lookup(root)
-	if ok && a.threads.askers[s.round.ID] != nil {
-		log := a.threads.askers[s.round.ID]
+	if ask, has := a.threads.askers[s.round.ID]; ok && has && (ask.all || m.req.Method == codexproto.ReqToolCall) {
+		log := ask.log
 		child := ""
 		if root != threadID {
 			child = threadID

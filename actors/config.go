@@ -126,6 +126,9 @@ type Config struct {
 	// bytes free, before its agent can fill what the journal, the thread
 	// records and the ledger need (0: no floor).
 	MinFreeDisk int64
+	// ToolTimeout bounds the wait for a dynamic tool's server to answer a
+	// call (default 60s); past it the model reads a tool error.
+	ToolTimeout time.Duration
 	// Member is this daemon's cluster member id ("" outside a cluster). It
 	// goes, with the kernel's boot id, into each app-server's pid record,
 	// so a member reaping at its start leaves the other members' alone
@@ -252,6 +255,9 @@ func (c *Config) setDefaults() error {
 	case UnaskedInterrupt, UnaskedAllow:
 	default:
 		return fmt.Errorf("config: unasked turns %q: want %s or %s", c.UnaskedTurns, UnaskedInterrupt, UnaskedAllow)
+	}
+	if c.ToolTimeout <= 0 {
+		c.ToolTimeout = 60 * time.Second
 	}
 	if c.ClientName == "" {
 		c.ClientName = "meshweaver-supervisor"

@@ -144,6 +144,12 @@ func (r *rootActor) Receive(c *actor.Context) {
 			return
 		}
 		r.forward(c, m.User, m)
+	case messages.ToolCallResult:
+		if err := m.Validate(); err != nil {
+			r.reject(c, err)
+			return
+		}
+		r.forward(c, m.User, m)
 	case messages.AttachRound:
 		r.attach(c, m)
 	case messages.DetachRound:

@@ -641,8 +641,10 @@ func (r *roundActor) open(threadID string) {
 
 // settings are the thread settings of this round.
 func (r *roundActor) settings() threadSettings {
-	return roundSettings(r.cfg, mcpfront.Key{User: r.req.User, Thread: r.req.Thread}, r.req.DeveloperInstructions,
+	s := roundSettings(r.cfg, mcpfront.Key{User: r.req.User, Thread: r.req.Thread}, r.req.DeveloperInstructions,
 		r.req.MCPURL, r.req.MCPToken)
+	s.DynamicTools = toolSpecs(r.req.Tools)
+	return s
 }
 
 // threadOpened starts the turn in the opened thread, or starts afresh when

@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshweaver/supervisor/actors/internal/textcut"
 	"github.com/meshweaver/supervisor/actors/policy"
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
 	"github.com/meshweaver/supervisor/messages"
 	"github.com/meshweaver/supervisor/store"
@@ -38,6 +39,7 @@ type roundLog struct {
 
 	asks   map[string]*pendingAsk
 	askSeq uint64
+	tools  map[string]*pendingTool // the dynamic tools' calls sent to their servers (tools.go)
 }
 
 // logWiring is what a round's log talks to.
@@ -179,6 +181,10 @@ func (l *roundLog) Receive(c *actor.Context) {
 		deliver(c.Engine(), c.Sender(), l.answer(m), l.log)
 	case serverAsk:
 		l.ask(m)
+	case messages.ToolCallResult:
+		l.toolResult(m)
+	case toolExpired:
+		l.toolExpired(m)
 	case askExpired:
 		l.expire(m)
 	}
@@ -194,10 +200,11 @@ func (l *roundLog) run(c *actor.Context) {
 	// The codex actor answers in-line from the subscription's auto-approve
 	// flag; on_request decides it (an asked request never gets there).
 	req.AutoApprove = l.policy() == messages.PolicyAuto
-	if l.policy() == messages.PolicyAsk {
+	if l.policy() == messages.PolicyAsk || len(l.req.Tools) > 0 {
 		// Before the round can subscribe its thread: the codex actor puts
-		// the thread's requests (its children's too) to this log.
-		c.Engine().Send(l.codex, askVia{round: c.PID().Child("round/" + l.id), log: l.self})
+		// the thread's requests (its children's too) to this log: all of
+		// them under ask, else its tools' calls (tools.go).
+		c.Engine().Send(l.codex, askVia{round: c.PID().Child("round/" + l.id), log: l.self, all: l.policy() == messages.PolicyAsk})
 	}
 	l.round = c.SpawnChild(newRoundActor(l.cfg, req, l.codex, l.reg), "round",
 		spawnOpts(l.id, l.log, roundPanicked)...)
@@ -440,7 +447,10 @@ func (l *roundLog) policy() messages.RequestPolicy {
 type (
 	// askVia tells the codex actor to hand the server requests of round's
 	// thread (and of its child agents' threads) to log.
-	askVia struct{ round, log *actor.PID }
+	askVia struct {
+		round, log *actor.PID
+		all        bool // every request (on_request ask); else only the dynamic tools' calls
+	}
 	// askViaGone ends an askVia.
 	askViaGone struct{ round *actor.PID }
 	// serverAsk is a server request for a round with on_request ask; the
@@ -468,6 +478,10 @@ type pendingAsk struct {
 
 // ask puts a server request to the callers, with a deadline.
 func (l *roundLog) ask(m serverAsk) {
+	if m.req.Method == codexproto.ReqToolCall {
+		l.callTool(m)
+		return
+	}
 	shown, ok := policy.Describe(m.req, l.cfg.grantBounds())
 	if !ok || l.verdict != nil {
 		res, err := policy.Decline(m.req.Method)
@@ -519,6 +533,7 @@ func (l *roundLog) expire(m askExpired) {
 
 // closeAsks declines every open request (the round ends).
 func (l *roundLog) closeAsks(outcome string) {
+	l.closeTools()
 	for id, a := range l.asks {
 		l.closeAsk(id, a, outcome)
 	}

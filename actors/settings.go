@@ -5,8 +5,20 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
+	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/mcpfront"
+	"github.com/meshweaver/supervisor/messages"
 )
+
+// toolSpecs are a round's tools as the CLI declares them.
+func toolSpecs(tools []messages.DynamicTool) []codexproto.DynamicToolSpec {
+	var out []codexproto.DynamicToolSpec
+	for _, t := range tools {
+		out = append(out, codexproto.DynamicToolSpec{Type: "function", Name: t.Name, Description: t.Description,
+			InputSchema: json.RawMessage(t.InputSchema)})
+	}
+	return out
+}
 
 // threadSettings are what a thread is loaded with (thread/start or
 // thread/resume): a thread loaded in an app-server keeps them, and ignores
@@ -22,6 +34,9 @@ type threadSettings struct {
 	// the CLI, but is part of the fingerprint: the CLI's MCP session
 	// (Mcp-Session-Id) must not go on with another server.
 	MCPUpstream string `json:"mcpUpstream,omitempty"`
+	// DynamicTools are the round's tools, given to a fresh thread (the
+	// CLI takes them at thread/start only).
+	DynamicTools []codexproto.DynamicToolSpec `json:"dynamicTools,omitempty"`
 
 	// mcp is the round's MCP back-connection, turned into Config by bind.
 	// Its token is left out of the fingerprint (unexported): a new token

@@ -147,6 +147,10 @@ func (u *userActor) Receive(c *actor.Context) {
 			return
 		}
 		deliver(c.Engine(), c.Sender(), messages.RoundControlled{RoundID: m.RoundID, Error: "no such round", NotFound: true}, u.log)
+	case messages.ToolCallResult: // a tool server's answer: its round's log matches it to the call
+		if k := u.rounds[m.RoundID]; k != nil {
+			c.Engine().SendWithSender(k.log, m, c.Sender())
+		}
 	case messages.InterruptRound:
 		u.active()
 		u.control(c, m.Thread, m.RoundID)

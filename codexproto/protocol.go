@@ -49,6 +49,7 @@ const (
 	ReqUserInput          = "item/tool/requestUserInput"
 	ReqElicitation        = "mcpServer/elicitation/request"
 	ReqPermissions        = "item/permissions/requestApproval"
+	ReqToolCall           = "item/tool/call"
 )
 
 // ClientInfo names the client in initialize; its Name becomes the originator
@@ -97,6 +98,41 @@ type ThreadStartParams struct {
 	DeveloperInstructions string         `json:"developerInstructions,omitempty"`
 	Model                 string         `json:"model,omitempty"`
 	Config                map[string]any `json:"config,omitempty"`
+	// DynamicTools are tools the thread's model is offered whose calls
+	// the CLI hands to its client (item/tool/call); given at the thread's
+	// start only.
+	DynamicTools []DynamicToolSpec `json:"dynamicTools,omitempty"`
+}
+
+// DynamicToolSpec is a function tool of the client's.
+type DynamicToolSpec struct {
+	Type        string          `json:"type"` // "function"
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"inputSchema"`
+}
+
+// DynamicToolCallParams are item/tool/call's: the model called a dynamic
+// tool.
+type DynamicToolCallParams struct {
+	ThreadID  string          `json:"threadId"`
+	TurnID    string          `json:"turnId"`
+	CallID    string          `json:"callId"`
+	Tool      string          `json:"tool"`
+	Namespace *string         `json:"namespace"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// DynamicToolCallAnswer answers item/tool/call.
+type DynamicToolCallAnswer struct {
+	ContentItems []DynamicToolContent `json:"contentItems"`
+	Success      bool                 `json:"success"`
+}
+
+// DynamicToolContent is one item of a dynamic tool's output.
+type DynamicToolContent struct {
+	Type string `json:"type"` // "inputText"
+	Text string `json:"text"`
 }
 
 // ThreadResumeParams resumes a thread from its rollout.

@@ -23,12 +23,15 @@ const (
 	KindControl Kind = "control" // InterruptRound, SteerRound, AnswerRequest, UsageRequest
 	KindLogin   Kind = "login"   // StartLogin, CancelLogin, SetAPIKey, Logout
 	KindAccount Kind = "account" // AccountRequest, ModelsRequest, RateLimitsRequest, ListThreads, ReadThread
+	// KindTools: the identity serves dynamic tools of the user's rounds
+	// (ToolCallResult).
+	KindTools Kind = "tools"
 	// KindCluster: the identity is a member of this daemon's cluster; the
 	// owners of users answer its relays (a grant with users ["*"]).
 	KindCluster Kind = "cluster"
 )
 
-var kinds = []Kind{KindRounds, KindControl, KindLogin, KindAccount, KindCluster}
+var kinds = []Kind{KindRounds, KindControl, KindLogin, KindAccount, KindTools, KindCluster}
 
 // KindOf is the kind of a decoded command and the user it acts for; ok is
 // false for anything the daemon does not accept from a peer.
@@ -44,6 +47,8 @@ func KindOf(msg any) (k Kind, user string, ok bool) {
 		return KindControl, m.User, true
 	case messages.AnswerRequest:
 		return KindControl, m.User, true
+	case messages.ToolCallResult:
+		return KindTools, m.User, true
 	case messages.AttachRound:
 		return KindRounds, m.User, true
 	case messages.DetachRound:

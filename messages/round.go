@@ -59,6 +59,11 @@ type StartRound struct {
 	// other event carries, as a KindRaw event: its method and its params
 	// as codex sent them (cut at MaxRawParams).
 	RawEvents bool `msgpack:"raw_events,omitempty"`
+	// Tools are tools the round's model may call, each served by a mesh
+	// actor (messages/tools.go). They are declared when the mesh thread's
+	// codex thread starts: a later round's calls go to the actors its own
+	// Tools name.
+	Tools []DynamicTool `msgpack:"tools,omitempty"`
 
 	// The wider surface (messages/surface.go).
 

@@ -56,6 +56,7 @@ func (m StartRound) Validate() error {
 		}
 		c.secret("mcp_token", m.MCPToken)
 	}
+	validateTools(&c, m.Tools)
 	if n := len(m.History); n > MaxHistoryTurns {
 		c.failf("history has %d turns, max %d", n, MaxHistoryTurns)
 	}

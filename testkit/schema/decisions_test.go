@@ -186,6 +186,9 @@ func TestDecisionsServerRequestsArePolicy(t *testing.T) {
 		notFound := errors.As(err, &we) && we.Code == codexrpc.CodeMethodNotFound
 		switch d.Decision {
 		case schema.Used:
+			if d.Name == "item/tool/call" { // the round log's (actors/tools.go), not the policy's
+				continue
+			}
 			if err != nil || !asked {
 				t.Errorf("%s is used, but policy answers it %v and puts it to callers: %v", d.Name, err, asked)
 			}

@@ -146,6 +146,7 @@ func codexprotoConsts(t *testing.T) map[string]string {
 var pinProblems = map[string]string{
 	"client request thread/read: result.model: gone: the daemon reads it":                       "ThreadResult serves thread/start and thread/resume too; thread/read has no model and the daemon does not read one from it",
 	"client request turn/start: params.additionalContext: gone: the daemon sends it":            "experimental API: the generated schema lists only stable fields; TestRealCLI* check the CLI honours it",
+	"client request thread/start: params.dynamicTools: gone: the daemon sends it":               "experimental API, as additionalContext: TestDynamicToolServedByAMeshActor checks the CLI honours it",
 	"server request item/fileChange/requestApproval: params.command: gone: the daemon reads it": "ApprovalParams serves both approvals; a file change has no command",
 	"server request item/fileChange/requestApproval: params.cwd: gone: the daemon reads it":     "likewise, no cwd",
 }

@@ -66,5 +66,6 @@ func DaemonUses() []Use {
 		{Kind: ServerRequest, Method: cp.ReqUserInput, Reads: []any{cp.UserInputParams{}}, Sends: cp.UserInputAnswer{}},
 		{Kind: ServerRequest, Method: cp.ReqElicitation, Reads: []any{cp.ElicitationParams{}}, Sends: cp.ElicitationAnswer{}},
 		{Kind: ServerRequest, Method: cp.ReqPermissions, Reads: []any{cp.PermissionsParams{}}, Sends: cp.PermissionsAnswer{}},
+		{Kind: ServerRequest, Method: cp.ReqToolCall, Reads: []any{cp.DynamicToolCallParams{}}, Sends: cp.DynamicToolCallAnswer{}},
 	}
 }
