@@ -10,8 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
@@ -27,7 +28,7 @@ type call struct {
 	params  any
 	thread  string // the thread the call is about, if any
 	attempt int
-	backoff time.Duration
+	waits   backoff.BackOff // after the first overloaded answer
 	timer   *time.Timer
 	probe   bool // a health call: its deadline passing means hung
 	then    func(result json.RawMessage, err error)
@@ -39,7 +40,7 @@ type call struct {
 func (a *appServerActor) call(method string, params any, thread string, then func(json.RawMessage, error)) uint64 {
 	a.calls.seq++
 	k := &call{seq: a.calls.seq, gen: a.gen, method: method, params: params, thread: thread, attempt: 0,
-		backoff: codexrpc.DefaultRetry.Base, then: then}
+		then: then}
 	a.calls.inflight[k.seq] = k
 	if lt, ok := a.threads.loaded[thread]; ok {
 		lt.lastUse = time.Now()
@@ -74,12 +75,14 @@ func (a *appServerActor) send(k *call) {
 }
 
 // answered settles call k, unless the server refused it as overloaded and
-// it may be tried again (with full-jitter exponential backoff, as Conn.Call).
+// it may be tried again (with the jittered exponential backoff of Conn.Call).
 func (a *appServerActor) answered(k *call, res json.RawMessage, err error) {
 	var we *codexrpc.WireError
 	if errors.As(err, &we) && we.Code == codexrpc.CodeOverloaded && k.attempt < codexrpc.DefaultRetry.Attempts {
-		d := k.backoff/2 + rand.N(k.backoff/2+1)
-		k.backoff = min(k.backoff*2, codexrpc.DefaultRetry.Max)
+		if k.waits == nil {
+			k.waits = codexrpc.DefaultRetry.NewBackOff()
+		}
+		d := k.waits.NextBackOff()
 		engine, self, seq := a.engine, a.self, k.seq
 		time.AfterFunc(d, func() { engine.Send(self, callRetry{seq: seq}) })
 		return

@@ -101,6 +101,9 @@ func (r *rootActor) Receive(c *actor.Context) {
 	case placed:
 		r.placed(c, m)
 		return
+	case pingRequest:
+		close(m.reply)
+		return
 	case drainRequest:
 		r.draining = true
 		r.cfg.Metrics.Draining.Set(1)

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"golang.org/x/time/rate"
 )
 
@@ -23,12 +23,25 @@ import (
 type RequestHandler func(ctx context.Context, req *Request) (result any, err error)
 
 // RetryPolicy bounds the retries of a call the server refuses as overloaded
-// (-32001): up to Attempts tries in all, with full-jitter exponential backoff
-// starting at Base and capped at Max.
+// (-32001): up to Attempts tries in all, with jittered exponential backoff
+// starting at Base and capped at Max (NewBackOff).
 type RetryPolicy struct {
 	Attempts int
 	Base     time.Duration
 	Max      time.Duration
+}
+
+// NewBackOff is p's waits between tries, one per NextBackOff: the n-th is
+// drawn uniformly from [d/2, d], where d is Base doubled n-1 times, at
+// most Max. As cenkalti/backoff's exponential backoff, which
+// randomizes an interval i to i·(1±f): i = 3d/4 and f = 1/3.
+func (p RetryPolicy) NewBackOff() backoff.BackOff {
+	return &backoff.ExponentialBackOff{
+		InitialInterval:     p.Base * 3 / 4,
+		RandomizationFactor: 1.0 / 3,
+		Multiplier:          2,
+		MaxInterval:         p.Max * 3 / 4,
+	}
 }
 
 // DefaultRetry is the policy used when Options.Retry is zero.
@@ -279,7 +292,7 @@ func (c *Conn) Call(ctx context.Context, method string, params, result any) erro
 	if err != nil {
 		return fmt.Errorf("encoding %s params: %w", method, err)
 	}
-	backoff := c.opts.Retry.Base
+	waits := c.opts.Retry.NewBackOff()
 	for attempt := 1; ; attempt++ {
 		resp, err := c.callOnce(ctx, method, body, trace)
 		if err != nil {
@@ -287,9 +300,7 @@ func (c *Conn) Call(ctx context.Context, method string, params, result any) erro
 		}
 		if resp.Error != nil {
 			if resp.Error.Code == CodeOverloaded && attempt < c.opts.Retry.Attempts {
-				d := backoff/2 + rand.N(backoff/2+1)
-				backoff = min(backoff*2, c.opts.Retry.Max)
-				t := time.NewTimer(d)
+				t := time.NewTimer(waits.NextBackOff())
 				select {
 				case <-t.C:
 					continue

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"reflect"
 	"runtime/debug"
@@ -17,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	sd "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshweaver/supervisor/actors"
@@ -297,8 +297,8 @@ var reloadable = append([]string{"log-level", "tls-cert", "tls-key", "tls-ca", "
 // level is set. Settings that changed but need a restart are named in the
 // log and left as they are. Invalid settings change nothing.
 func reload(args []string, running *serveOptions, level *slog.LevelVar, certs *tlsReloader, log *slog.Logger) {
-	notify("RELOADING=1")
-	defer notify("READY=1")
+	sdNotify(sd.SdNotifyReloading)
+	defer sdNotify(sd.SdNotifyReady)
 	var problems bytes.Buffer
 	o, err := loadServeOptions(args, os.LookupEnv, &problems)
 	if err != nil {
@@ -343,28 +343,6 @@ func reload(args []string, running *serveOptions, level *slog.LevelVar, certs *t
 		log.Warn("TLS cannot be turned on by a reload; restart the daemon for it")
 	}
 	log.Info("reloaded", "log_level", lv.String(), "tls", tlsState)
-}
-
-// --- systemd readiness ---
-
-// notify sends sd_notify states to $NOTIFY_SOCKET (Type=notify units):
-// one datagram to a unix socket, "@" meaning the abstract namespace. No
-// socket, no message; errors are ignored, as sd_notify does.
-func notify(states ...string) {
-	path := os.Getenv("NOTIFY_SOCKET")
-	if path == "" {
-		return
-	}
-	if path[0] == '@' {
-		path = "\x00" + path[1:]
-	}
-	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = conn.Write([]byte(strings.Join(states, "\n") + "\n"))
 }
 
 // presetRejectReasons creates every label set of

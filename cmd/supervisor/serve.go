@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	sd "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -409,12 +410,25 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}, func(error) { close(quit) })
 	}
-	notify("READY=1")
+	sdNotify(sd.SdNotifyReady)
+	if interval := watchdogInterval(log); interval > 0 {
+		// systemd's watchdog (WatchdogSec=), fed while the tree's root
+		// answers. Before the daemon: the feeding has ended when the stop
+		// begins with STOPPING=1 (systemd watches no stopping service).
+		ctx, cancel := context.WithCancel(context.Background())
+		fed := make(chan struct{})
+		g.Add(func() error {
+			defer close(fed)
+			feedWatchdog(ctx, interval, func(ctx context.Context) error { return actors.Ping(ctx, d.engine, d.root) }, sdNotify, log)
+			return nil
+		}, func(error) { cancel(); <-fed })
+		log.Info("feeding systemd's watchdog", "interval", interval)
+	}
 	var stopErr error
 	{ // The daemon: stopping it drains the tree, then closes the listener.
 		stopped := make(chan struct{})
 		g.Add(func() error { <-stopped; return nil }, func(error) {
-			notify("STOPPING=1")
+			sdNotify(sd.SdNotifyStopping)
 			log.Info("stopping", "timeout", o.stopTimeout)
 			stopErr = d.stop(o.stopTimeout)
 			close(stopped)
