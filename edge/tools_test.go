@@ -1,0 +1,34 @@
+package edge
+
+import (
+	"testing"
+
+	"github.com/meshweaver/supervisor/messages"
+)
+
+// A tool server's result is of kind tools for its user: an identity
+// granted other kinds, or tools for another user, may not send it.
+func TestToolResultsNeedTheToolsKind(t *testing.T) {
+	k, user, ok := KindOf(messages.ToolCallResult{User: "alice", RoundID: "r", RequestID: "t-1"})
+	if !ok || k != KindTools || user != "alice" {
+		t.Fatalf("KindOf = %q %q %v, want tools for alice", k, user, ok)
+	}
+	p, err := ParsePolicy([]byte(`{"version":1,"grants":[
+		{"identities":["uri:spiffe://mesh/tools"],"users":["alice"],"kinds":["tools"]},
+		{"identities":["uri:spiffe://mesh/chat"],"users":["*"],"kinds":["rounds","control"]}]}`))
+	if err != nil {
+		t.Fatalf("a policy granting tools: %v", err)
+	}
+	for _, c := range []struct {
+		id, user string
+		want     bool
+	}{
+		{"uri:spiffe://mesh/tools", "alice", true},
+		{"uri:spiffe://mesh/tools", "bob", false},
+		{"uri:spiffe://mesh/chat", "alice", false},
+	} {
+		if got := p.Allows(c.id, c.user, KindTools); got != c.want {
+			t.Errorf("%s for %s: %v, want %v", c.id, c.user, got, c.want)
+		}
+	}
+}
