@@ -299,6 +299,12 @@ func (a *appServerActor) Receive(c *actor.Context) {
 	case warmUp:
 		a.redact.Add(m.secrets...)
 		a.command(m)
+	case messages.CodexRequest:
+		a.codexRequest(c.Sender(), m)
+	case appAnswer: // the answer to one of its own commands' calls
+		if tag, ok := m.tag.(codexCall); ok {
+			a.codexAnswered(tag, m.result, m.err)
+		}
 	case messages.UsageRequest: // the registry adds the ledger and answers
 		resp := a.limits.usage(a.user, a.cfg.Contain)
 		if a.threads.rateLimits != nil {

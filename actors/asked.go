@@ -2,9 +2,12 @@ package actors
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"github.com/meshweaver/supervisor/codexproto"
 	"github.com/meshweaver/supervisor/codexrpc"
+	"github.com/meshweaver/supervisor/messages"
+	"github.com/meshweaver/supervisor/third_party/hollywood/actor"
 )
 
 // Every turn an app-server runs is the daemon's: a round's turn/start or a
@@ -166,4 +169,37 @@ func (a *appServerActor) turnStarted(threadID, root string, n *codexrpc.Notifica
 		log.Warn("a turn no round started runs (--unasked-turns allow)")
 	}
 	a.engine.BroadcastEvent(ev)
+}
+
+// codexCall tags the app-server actor's own call for a CodexRequest.
+type codexCall struct {
+	to     *actor.PID
+	method string
+}
+
+// codexRequest passes an authorized caller's call of one of the methods
+// messages.CodexReads and CodexControls name to the CLI (starting it if
+// need be, as any command); codexAnswered answers it.
+func (a *appServerActor) codexRequest(to *actor.PID, m messages.CodexRequest) {
+	params := json.RawMessage(m.Params)
+	if m.Params == "" {
+		params = json.RawMessage("{}")
+	}
+	a.command(appCall{method: m.Method, params: params, to: a.self, tag: codexCall{to: to, method: m.Method}})
+}
+
+// codexAnswered answers a CodexRequest with the CLI's result, every
+// secret the actor knows of (the API key, the rounds' MCP tokens)
+// redacted.
+func (a *appServerActor) codexAnswered(tag codexCall, res json.RawMessage, err error) {
+	resp := messages.CodexResponse{User: a.user, Method: tag.method}
+	switch {
+	case err != nil:
+		resp.Error = a.redact.Redact(err.Error())
+	case len(res) > messages.MaxCodexResult:
+		resp.Error = fmt.Sprintf("the result is %d bytes, over %d", len(res), messages.MaxCodexResult)
+	default:
+		resp.Result = a.redact.Redact(string(res))
+	}
+	deliver(a.engine, tag.to, resp, a.log)
 }

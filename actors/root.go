@@ -173,6 +173,8 @@ func (r *rootActor) Receive(c *actor.Context) {
 		r.toUser(c, m.User, m, m.Validate())
 	case messages.UsageRequest:
 		r.toUser(c, m.User, m, m.Validate())
+	case messages.CodexRequest:
+		r.toUser(c, m.User, m, m.Validate())
 	case messages.ListThreads:
 		r.toUser(c, m.User, m, m.Validate())
 	case messages.ReadThread:

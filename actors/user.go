@@ -164,7 +164,7 @@ func (u *userActor) Receive(c *actor.Context) {
 	case messages.ListThreads:
 		u.active()
 		c.Engine().SendWithSender(u.registry, m, c.Sender())
-	case messages.UsageRequest:
+	case messages.UsageRequest, messages.CodexRequest:
 		u.active()
 		c.Engine().SendWithSender(u.codex, m, c.Sender())
 	case messages.ReadThread, messages.ArchiveThread, messages.ForkThread, messages.CompactThread:

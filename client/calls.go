@@ -134,6 +134,17 @@ func (c *Client) Usage(ctx context.Context, user string) (messages.UsageResponse
 	return m.(messages.UsageResponse), nil
 }
 
+// Codex calls one of the methods of user's app-server the daemon passes
+// on (messages.CodexReads, messages.CodexControls): its configuration and
+// requirements, its MCP servers' status, their reload.
+func (c *Client) Codex(ctx context.Context, req messages.CodexRequest) (messages.CodexResponse, error) {
+	m, err := c.request(ctx, req, is[messages.CodexResponse])
+	if err != nil {
+		return messages.CodexResponse{}, err
+	}
+	return m.(messages.CodexResponse), nil
+}
+
 // RateLimits asks for the rate limits of user's codex account.
 func (c *Client) RateLimits(ctx context.Context, user string) (messages.RateLimitsResponse, error) {
 	m, err := c.request(ctx, messages.RateLimitsRequest{User: user}, is[messages.RateLimitsResponse])

@@ -22,6 +22,11 @@ const (
 	MethodLoginCancel      = "account/login/cancel"
 	MethodLogout           = "account/logout"
 	MethodCommandExec      = "command/exec"
+	// Passed to authorized callers as they are (messages.CodexRequest).
+	MethodMCPStatusList          = "mcpServerStatus/list"
+	MethodMCPReload              = "config/mcpServer/reload"
+	MethodConfigRead             = "config/read"
+	MethodConfigRequirementsRead = "configRequirements/read"
 )
 
 // Notifications the daemon reads. Anything else is ignored.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/meshweaver/supervisor/messages"
@@ -49,6 +50,11 @@ func KindOf(msg any) (k Kind, user string, ok bool) {
 		return KindControl, m.User, true
 	case messages.ToolCallResult:
 		return KindTools, m.User, true
+	case messages.CodexRequest:
+		if slices.Contains(messages.CodexControls, m.Method) {
+			return KindControl, m.User, true
+		}
+		return KindAccount, m.User, true
 	case messages.AttachRound:
 		return KindRounds, m.User, true
 	case messages.DetachRound:

@@ -32,3 +32,13 @@ func TestToolResultsNeedTheToolsKind(t *testing.T) {
 		}
 	}
 }
+
+// A codex request is a read (account) or, for the MCP reload, control.
+func TestCodexRequestKinds(t *testing.T) {
+	for method, want := range map[string]Kind{"config/read": KindAccount, "mcpServerStatus/list": KindAccount,
+		"configRequirements/read": KindAccount, "config/mcpServer/reload": KindControl} {
+		if k, user, ok := KindOf(messages.CodexRequest{User: "alice", Method: method}); !ok || k != want || user != "alice" {
+			t.Errorf("%s: %q %q %v, want %q", method, k, user, ok, want)
+		}
+	}
+}

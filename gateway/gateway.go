@@ -166,6 +166,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/models", call[messages.ModelsRequest](g))
 	mux.HandleFunc("POST /v1/rate_limits", call[messages.RateLimitsRequest](g))
 	mux.HandleFunc("POST /v1/usage", call[messages.UsageRequest](g))
+	mux.HandleFunc("POST /v1/codex", call[messages.CodexRequest](g))
 	mux.HandleFunc("POST /v1/warm_up", call[messages.WarmUp](g))
 	mux.HandleFunc("POST /v1/login/cancel", g.cancelLogin)
 	// Everything else gets a JSON error too, not the mux's text or HTML:
@@ -409,6 +410,8 @@ func refusalStatus(reply any) int {
 	case messages.RateLimitsResponse:
 		return unavailableIf(m.Error)
 	case messages.UsageResponse:
+		return unavailableIf(m.Error)
+	case messages.CodexResponse:
 		return unavailableIf(m.Error)
 	case messages.WarmedUp:
 		return unavailableIf(m.Error)

@@ -73,6 +73,8 @@ func buildCatalog() *registry {
 	register[DetachRound](r, "detach_round.v1")
 	register[AnswerRequest](r, "answer_request.v1")
 	register[ToolCallRequest](r, "tool_call_request.v1")
+	register[CodexRequest](r, "codex_request.v1")
+	register[CodexResponse](r, "codex_response.v1")
 	register[ToolCallResult](r, "tool_call_result.v1")
 	register[WarmUp](r, "warm_up.v1")
 	register[WarmedUp](r, "warmed_up.v1")

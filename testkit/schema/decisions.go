@@ -188,7 +188,7 @@ func decisionGroups() []group {
 		{ClientRequest, NotUsed, item4,
 			[]string{"thread/revert", "thread/turns/list", "thread/items/list", "thread/items/read", "thread/unarchive", "thread/delete"}},
 		{ClientRequest, NotUsed, item5, []string{"review/start"}},
-		{ClientRequest, NotUsed, item6,
+		{ClientRequest, Used, "passed to authorized callers as it is (CodexRequest: reads as account, the reload as control), the result with the user's secrets redacted",
 			[]string{"mcpServerStatus/list", "config/mcpServer/reload", "config/read", "configRequirements/read"}},
 		{ClientRequest, NotUsed, "desktop-only UI feature: organizing threads (metadata, attachments, sections, projects, read state, plan mode)",
 			[]string{"thread/metadata/update", "thread/attachment/add", "thread/attachment/list", "thread/attachmentOwner/list", "thread/attachment/remove",

@@ -35,6 +35,12 @@ func DaemonUses() []Use {
 		{Kind: ClientRequest, Method: cp.MethodThreadArchive, Sends: cp.ThreadIDParams{}},
 		{Kind: ClientRequest, Method: cp.MethodThreadFork, Sends: cp.ThreadForkParams{}, Reads: []any{cp.ThreadResult{}}},
 		{Kind: ClientRequest, Method: cp.MethodThreadCompactStart, Sends: cp.ThreadIDParams{}},
+		// CodexRequest passes these on as they are (params and result as
+		// JSON text: the caller's).
+		{Kind: ClientRequest, Method: cp.MethodMCPStatusList},
+		{Kind: ClientRequest, Method: cp.MethodMCPReload},
+		{Kind: ClientRequest, Method: cp.MethodConfigRead},
+		{Kind: ClientRequest, Method: cp.MethodConfigRequirementsRead},
 		// serve --check's probe runs one command in the CLI's sandbox.
 		{Kind: ClientRequest, Method: cp.MethodCommandExec, Sends: cp.CommandExecParams{}, Reads: []any{cp.CommandExecResult{}}},
 		{Kind: ClientNotification, Method: cp.MethodInitialized},
