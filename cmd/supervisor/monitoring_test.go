@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -15,8 +16,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
+	"github.com/prometheus/prometheus/template"
 
 	"github.com/meshweaver/supervisor/actors"
 	"github.com/meshweaver/supervisor/isolate"
@@ -87,10 +90,18 @@ func exprMetrics(t testing.TB, expr parser.Expr) []string {
 }
 
 // ruleCase is one alert's promtool-style unit test: series loaded as
-// promqltest's "load 1m" block, and whether the alert fires at 35m.
+// promqltest's "load 1m" block, and whether the alert fires at 35m. A
+// firing alert's samples carry instance="a" (promtool's exp_labels: the
+// labels the alert keeps), and reason too where the rule groups by it.
 type ruleCase struct {
 	series string
 	fires  bool
+}
+
+// alertLabels are the labels each alert's samples keep (besides the rule's
+// own): what its summary may name.
+var alertLabels = map[string][]string{
+	"SupervisorRemoteRejected": {"instance", "reason"},
 }
 
 // ruleCases: for each alert of deploy/prometheus/rules.yml, series that
@@ -188,8 +199,12 @@ func TestRules(t *testing.T) {
 				interval = time.Minute
 			}
 			for i, c := range cases {
-				if got := fires(t, expr, c.series, 35*time.Minute, time.Duration(r.For), interval); got != c.fires {
+				got, vec := fires(t, expr, c.series, 35*time.Minute, time.Duration(r.For), interval)
+				if got != c.fires {
 					t.Errorf("%s case %d: fires %v at 35m, want %v; series:\n%s", r.Alert, i, got, c.fires, c.series)
+				}
+				if got {
+					checkAlert(t, r, vec, 35*time.Minute)
 				}
 			}
 		}
@@ -201,9 +216,44 @@ func TestRules(t *testing.T) {
 	}
 }
 
+// checkAlert: each sample of a firing alert keeps exactly the labels
+// alertLabels names (instance alone by default), and every annotation
+// expands as Prometheus's rule manager expands it (template.Expander, with
+// $labels and $value), without an error and without a missing label.
+func checkAlert(t *testing.T, r rulefmt.Rule, vec promql.Vector, at time.Duration) {
+	t.Helper()
+	want := alertLabels[r.Alert]
+	if want == nil {
+		want = []string{"instance"}
+	}
+	for _, smpl := range vec {
+		l := smpl.Metric.Map()
+		kept := maps.Clone(l)
+		delete(kept, model.MetricNameLabel) // the rule manager drops it from an alert
+		if got := slices.Sorted(maps.Keys(kept)); !slices.Equal(got, want) {
+			t.Errorf("%s fires with labels %v, want %v", r.Alert, got, want)
+		}
+		defs := "{{$labels := .Labels}}{{$externalLabels := .ExternalLabels}}{{$externalURL := .ExternalURL}}{{$value := .Value}}"
+		for k, text := range r.Annotations {
+			e := template.NewTemplateExpander(context.Background(), defs+text, "__alert_"+r.Alert,
+				template.AlertTemplateData(l, nil, "", smpl), model.TimeFromUnixNano(int64(at)), nil, nil, nil)
+			out, err := e.Expand()
+			if err != nil || strings.Contains(out, "<no value>") || strings.Contains(out, "{{") {
+				t.Errorf("%s annotation %s expands to %q (%v)", r.Alert, k, out, err)
+			}
+			for _, m := range regexp.MustCompile(`\$labels\.(\w+)`).FindAllStringSubmatch(text, -1) {
+				if _, ok := kept[m[1]]; !ok { // missingkey=zero would print nothing
+					t.Errorf("%s annotation %s names $labels.%s, which the alert does not keep", r.Alert, k, m[1])
+				}
+			}
+		}
+	}
+}
+
 // fires says whether an alert of expr with the given `for` fires at at:
 // its expression returned a sample at every evaluation from at-for to at.
-func fires(t *testing.T, expr parser.Expr, series string, at, forDur, interval time.Duration) bool {
+// It returns the samples of the last evaluation.
+func fires(t *testing.T, expr parser.Expr, series string, at, forDur, interval time.Duration) (bool, promql.Vector) {
 	t.Helper()
 	st := promqltest.LoadedStorage(t, "load 1m\n"+series)
 	t.Cleanup(func() { st.Close() })
@@ -223,10 +273,13 @@ func fires(t *testing.T, expr parser.Expr, series string, at, forDur, interval t
 			t.Fatal(err)
 		}
 		if len(v) == 0 {
-			return false
+			return false, nil
+		}
+		if ts+interval > at {
+			return true, v
 		}
 	}
-	return true
+	return true, nil
 }
 
 // docAnchors is the GitHub anchor of every heading of a Markdown file.
